@@ -1,0 +1,9 @@
+"""The reference workload, free of any orchestration.
+
+Everything here is plain Python and pydantic: the models that cross process
+boundaries, and the seeded agent, world, verifier, judge and bandit of
+``reference-workload.md``. Dagster, Ray and the stores import this package;
+it imports none of them, so the workload can be read, tested and replaced on
+its own. These are the seams where a real model, sandbox, judge and trainer
+plug in.
+"""

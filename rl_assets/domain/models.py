@@ -1,0 +1,129 @@
+"""The typed records that cross process and storage boundaries.
+
+Every model is a frozen pydantic model, serialised as canonical JSON, so a
+record written by one process (a sandbox, a step worker, the Ray trainer) is
+read back bit for bit by another, and its ``content_hash`` is its identity.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rl_assets.domain.hashing import content_hash
+
+N_DOCS = 8
+"""Documents per world; the policy's prior has one weight per document."""
+
+
+class Record(BaseModel):
+    """Base of every durable record: immutable, strict, content-addressed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 of the canonical JSON of this record (16 hex digits)."""
+        return content_hash(self.model_dump(mode="json"))
+
+
+class Rubric(Record):
+    """The judge's scoring weights. A rubric is an input to judging only."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    correctness_weight: float = Field(ge=0)
+    efficiency_weight: float = Field(ge=0)
+    tidiness_weight: float = Field(ge=0)
+
+
+class Policy(Record):
+    """The bandit policy: a prior over the 8 documents of each world."""
+
+    version: int = Field(ge=0)
+    priors: dict[str, list[float]]
+
+    @classmethod
+    def initial(cls, world_ids: list[str]) -> Policy:
+        """Version 0: eight 1.0s for every world."""
+        return cls(version=0, priors={w: [1.0] * N_DOCS for w in world_ids})
+
+
+class TrialSpec(Record):
+    """What a trial is asked to do; with the world and policy, its identity."""
+
+    trial_id: str
+    step: int = Field(ge=0)
+    prompt_index: int = Field(ge=0)
+    sample_index: int = Field(ge=0)
+    world_id: str
+    prompt: str = "find the secret"
+    max_turns: int = Field(ge=1)
+
+
+class Turn(Record):
+    """One tool call of the agent: it read ``doc`` and saw a secret or not."""
+
+    doc: int = Field(ge=0, lt=N_DOCS)
+    found: bool
+
+
+class Trajectory(Record):
+    """A finished rollout: what the agent did, and with which policy and world."""
+
+    trial_id: str
+    world_id: str
+    world_hash: str
+    policy_version: int
+    policy_hash: str
+    turns: list[Turn]
+    answer: str
+    files_written: list[str]
+
+    @property
+    def found_doc(self) -> int | None:
+        """The document of the first turn that found the secret, if any."""
+        return next((t.doc for t in self.turns if t.found), None)
+
+
+class Verdict(Record):
+    """The judge's score of one trajectory under one rubric."""
+
+    trajectory_hash: str
+    rubric_name: str
+    rubric_hash: str
+    correct: float
+    efficiency: float
+    tidy: float
+    score: float
+
+
+class Reward(Record):
+    """The training signal of one trial: verifier plus judge."""
+
+    trial_id: str
+    world_id: str
+    rubric_name: str
+    verified: bool
+    score: float
+    reward: float
+    found_doc: int | None
+    turns: int
+    trajectory_hash: str
+    verdict_hash: str
+
+
+class StepResult(Record):
+    """One row of the learning table."""
+
+    step: int
+    trials_planned: int
+    trials_ok: int
+    mean_reward: float | None
+    mean_turns: float | None
+    weights_version: int
+    policy_hash: str
+    actor_pid: int
+
+
+FailedTrialPolicy = Literal["skip", "mask-group"]
