@@ -36,6 +36,8 @@ class ExperimentConfig(BaseModel):
     lr: float = Field(2.0, ge=0, description="Bandit learning rate.")
     max_turns: int = Field(6, ge=1, description="Document reads allowed per trial.")
     rubric: str = Field("v1", description="Rubric name used to judge trajectories.")
+    generate_retries: int = Field(2, ge=0, description="Retries of a trial's rollout before it fails for good.")
+    judge_retries: int = Field(2, ge=0, description="Retries of a trial's judging before it fails for good.")
     failed_trial_policy: Literal["skip", "mask-group"] = Field(
         "skip",
         description=(

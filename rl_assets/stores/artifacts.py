@@ -1,0 +1,72 @@
+"""Checksummed JSON artifacts, written atomically.
+
+A record is stored as ``{"sha256": ..., "payload": ...}`` through a temp file
+and a rename, so a reader sees the whole record or none of it, and a record
+damaged behind the system's back is detected instead of silently used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from rl_assets.domain.hashing import canonical_json
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class CorruptArtifactError(RuntimeError):
+    """A stored record does not match its checksum or its schema."""
+
+
+class ArtifactStore:
+    """JSON records under one root directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, rel: str) -> Path:
+        return self.root / f"{rel}.json"
+
+    def exists(self, rel: str) -> bool:
+        return self.path(rel).exists()
+
+    def write(self, rel: str, record: BaseModel) -> Path:
+        payload = canonical_json(record.model_dump(mode="json"))
+        body = json.dumps(
+            {"sha256": hashlib.sha256(payload.encode()).hexdigest(), "payload": json.loads(payload)},
+            sort_keys=True,
+        )
+        path = self.path(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return path
+
+    def read(self, rel: str, model: type[M]) -> M | None:
+        """The record, or None if absent; raises :class:`CorruptArtifactError` if damaged."""
+        path = self.path(rel)
+        try:
+            body = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise CorruptArtifactError(f"{path}: not valid JSON ({err})") from None
+        if not isinstance(body, dict) or "payload" not in body:
+            raise CorruptArtifactError(f"{path}: not an rl-assets artifact")
+        payload = canonical_json(body["payload"])
+        if hashlib.sha256(payload.encode()).hexdigest() != body.get("sha256"):
+            raise CorruptArtifactError(f"{path}: checksum mismatch, the record was modified")
+        try:
+            return model.model_validate(body["payload"])
+        except ValueError as err:
+            raise CorruptArtifactError(f"{path}: {err}") from None

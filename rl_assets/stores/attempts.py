@@ -1,0 +1,61 @@
+"""Attempt logs: one row per generation attempt and per judging attempt.
+
+These are the durable evidence behind the ``counts`` of ``train --json`` and
+of ``report``: how often a trial's rollout was actually executed, how often it
+failed, how often judging ran and whether it hit the verdict cache.
+"""
+
+from __future__ import annotations
+
+from rl_assets.stores.database import Database
+
+
+class AttemptLog:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def start_generation(self, experiment: str, trial_id: str, attempt: int, identity: str, fork_kind: str) -> int:
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO rl_generation_attempts (experiment, trial_id, attempt, identity, outcome, fork_kind) "
+                "VALUES (%s, %s, %s, %s, 'running', %s) RETURNING id",
+                (experiment, trial_id, attempt, identity, fork_kind),
+            )
+            return cur.fetchone()[0]
+
+    def finish_generation(self, attempt_id: int, outcome: str, error: str | None = None) -> None:
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE rl_generation_attempts SET outcome = %s, error = %s, finished_at = now() WHERE id = %s",
+                (outcome, error, attempt_id),
+            )
+
+    def record_judging(
+        self, experiment: str, trial_id: str, attempt: int, key: str, cache_hit: bool | None, outcome: str
+    ) -> None:
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO rl_judge_attempts (experiment, trial_id, attempt, verdict_key, cache_hit, outcome) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (experiment, trial_id, attempt, key, cache_hit, outcome),
+            )
+
+    def record_driver_attempt(self, experiment: str, pid: int) -> int:
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO rl_driver_attempts (experiment, pid) VALUES (%s, %s)", (experiment, pid)
+            )
+            cur.execute("SELECT count(*) FROM rl_driver_attempts WHERE experiment = %s", (experiment,))
+            return cur.fetchone()[0]
+
+    def counts(self, experiment: str) -> dict[str, int]:
+        """Every count of ``train --json``, read from the durable records."""
+        queries = {
+            "generate_attempts": "SELECT count(*) FROM rl_generation_attempts WHERE experiment = %s",
+            "generate_failures": "SELECT count(*) FROM rl_generation_attempts WHERE experiment = %s AND outcome = 'failed'",
+            "judge_calls": "SELECT count(*) FROM rl_judge_calls WHERE experiment = %s",
+            "judge_attempts": "SELECT count(*) FROM rl_judge_attempts WHERE experiment = %s",
+            "train_applications": "SELECT count(*) FROM rl_train_ledger WHERE experiment = %s",
+            "driver_attempts": "SELECT count(*) FROM rl_driver_attempts WHERE experiment = %s",
+        }
+        return {name: int(self.db.scalar(sql, (experiment,))) for name, sql in queries.items()}

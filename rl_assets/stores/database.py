@@ -1,0 +1,121 @@
+"""The ledger database: rl-assets' own tables beside Dagster's, in one Postgres.
+
+Keeping the ledgers in the same database as Dagster's event log means one
+backup, one failure domain, and row locks that every process (driver, step
+workers, the CLI) shares. Tables are created on first connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg2
+import psycopg2.extensions
+
+from rl_assets.services.postgres import PostgresInfo
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rl_experiments (
+    name TEXT PRIMARY KEY,
+    config JSONB NOT NULL,
+    config_hash TEXT NOT NULL,
+    faults JSONB NOT NULL DEFAULT '{}',
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS rl_generation_attempts (
+    id BIGSERIAL PRIMARY KEY,
+    experiment TEXT NOT NULL,
+    trial_id TEXT NOT NULL,
+    attempt INT NOT NULL,
+    identity TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    error TEXT,
+    fork_kind TEXT,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    finished_at TIMESTAMPTZ
+);
+CREATE TABLE IF NOT EXISTS rl_verdicts (
+    verdict_key TEXT PRIMARY KEY,
+    verdict JSONB NOT NULL,
+    recorded_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS rl_judge_calls (
+    id BIGSERIAL PRIMARY KEY,
+    verdict_key TEXT NOT NULL,
+    experiment TEXT NOT NULL,
+    trial_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    finished_at TIMESTAMPTZ
+);
+CREATE TABLE IF NOT EXISTS rl_judge_attempts (
+    id BIGSERIAL PRIMARY KEY,
+    experiment TEXT NOT NULL,
+    trial_id TEXT NOT NULL,
+    attempt INT NOT NULL,
+    verdict_key TEXT NOT NULL,
+    cache_hit BOOLEAN,
+    outcome TEXT NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS rl_train_ledger (
+    experiment TEXT NOT NULL,
+    rubric TEXT NOT NULL,
+    step INT NOT NULL,
+    identity TEXT NOT NULL,
+    parent_hash TEXT NOT NULL,
+    policy_hash TEXT NOT NULL,
+    version INT NOT NULL,
+    actor_pid INT NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (experiment, rubric, step)
+);
+CREATE TABLE IF NOT EXISTS rl_driver_attempts (
+    id BIGSERIAL PRIMARY KEY,
+    experiment TEXT NOT NULL,
+    pid INT NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+"""
+
+_SCHEMA_LOCK = 0x726C6173  # advisory lock id serialising CREATE TABLE IF NOT EXISTS
+
+
+class Database:
+    """A lazily opened connection to the ledger tables."""
+
+    def __init__(self, info: PostgresInfo) -> None:
+        self.info = info
+        self._conn: psycopg2.extensions.connection | None = None
+
+    @classmethod
+    def from_env(cls) -> Database:
+        return cls(PostgresInfo.from_env())
+
+    def connection(self) -> psycopg2.extensions.connection:
+        if self._conn is None or self._conn.closed:
+            conn = self.info.connect()
+            with conn, conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                cur.execute(SCHEMA)
+            self._conn = conn
+        return self._conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg2.extensions.cursor]:
+        """A cursor in one transaction, committed on success, rolled back on error."""
+        conn = self.connection()
+        with conn, conn.cursor() as cur:
+            yield cur
+
+    def scalar(self, sql: str, params: tuple = ()) -> object:
+        with self.transaction() as cur:
+            cur.execute(sql, params)
+            row = cur.fetchone()
+        return None if row is None else row[0]
+
+    def close(self) -> None:
+        if self._conn is not None and not self._conn.closed:
+            self._conn.close()
+        self._conn = None

@@ -1,0 +1,82 @@
+"""The experiment registry: desired state, recorded once.
+
+Creating an experiment that exists with the same config is a no-op (that is
+how ``train`` resumes); with a different config it is refused, because mixing
+two configs under one name would silently corrupt both results.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.runtime import Runtime
+from rl_assets.stores.database import Database
+
+
+class ExperimentConflictError(ValueError):
+    """The experiment exists with a different configuration."""
+
+
+class UnknownExperimentError(KeyError):
+    """No experiment of that name has been created in this home."""
+
+    def __str__(self) -> str:
+        return f"no experiment named {self.args[0]!r} in this home (start it with `rl-assets train`)"
+
+
+class ExperimentStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def create_or_resume(self, config: ExperimentConfig, runtime: Runtime) -> bool:
+        """Record ``config``; True if new. Refuses a changed config; updates the runtime."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO rl_experiments (name, config, config_hash, faults) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (name) DO NOTHING RETURNING name",
+                (config.name, config.model_dump_json(), config.config_hash, runtime.model_dump_json()),
+            )
+            created = cur.fetchone() is not None
+            if not created:
+                cur.execute("SELECT config FROM rl_experiments WHERE name = %s FOR UPDATE", (config.name,))
+                existing = ExperimentConfig.model_validate(cur.fetchone()[0])
+                if existing.config_hash != config.config_hash:
+                    raise ExperimentConflictError(_describe_conflict(existing, config))
+                cur.execute(
+                    "UPDATE rl_experiments SET faults = %s WHERE name = %s",
+                    (runtime.model_dump_json(), config.name),
+                )
+        return created
+
+    def get(self, name: str) -> ExperimentConfig:
+        with self.db.transaction() as cur:
+            cur.execute("SELECT config FROM rl_experiments WHERE name = %s", (name,))
+            row = cur.fetchone()
+        if row is None:
+            raise UnknownExperimentError(name)
+        return ExperimentConfig.model_validate(row[0])
+
+    def runtime(self, name: str) -> Runtime:
+        with self.db.transaction() as cur:
+            cur.execute("SELECT faults FROM rl_experiments WHERE name = %s", (name,))
+            row = cur.fetchone()
+        if row is None:
+            raise UnknownExperimentError(name)
+        return Runtime.model_validate(row[0])
+
+    def names(self) -> list[str]:
+        with self.db.transaction() as cur:
+            cur.execute("SELECT name FROM rl_experiments ORDER BY created_at, name")
+            return [r[0] for r in cur.fetchall()]
+
+
+def _describe_conflict(existing: ExperimentConfig, wanted: ExperimentConfig) -> str:
+    old, new = existing.model_dump(), wanted.model_dump()
+    changes = ", ".join(
+        f"{k}: {json.dumps(old[k])} -> {json.dumps(new[k])}" for k in old if old[k] != new[k]
+    )
+    return (
+        f"experiment {existing.name!r} already exists with a different configuration ({changes}); "
+        "use a new --experiment name"
+    )

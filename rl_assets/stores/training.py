@@ -1,0 +1,89 @@
+"""The training ledger and the checkpoint store.
+
+``rl_train_ledger`` has one row per (experiment, rubric, step): the identity
+of the step (parent policy hash + canonical batch hash), the resulting policy
+hash and version, and the pid of the actor that applied it. A row is written
+only after the resulting checkpoint is on disk, so a ledger row always points
+at a readable policy; a step with a row is never applied again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rl_assets.domain.models import Policy
+from rl_assets.stores.artifacts import ArtifactStore, CorruptArtifactError
+from rl_assets.stores.database import Database
+
+
+@dataclass(frozen=True)
+class AppliedStep:
+    experiment: str
+    rubric: str
+    step: int
+    identity: str
+    parent_hash: str
+    policy_hash: str
+    version: int
+    actor_pid: int
+
+
+class TrainingLedger:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def get(self, experiment: str, rubric: str, step: int) -> AppliedStep | None:
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT experiment, rubric, step, identity, parent_hash, policy_hash, version, actor_pid "
+                "FROM rl_train_ledger WHERE experiment = %s AND rubric = %s AND step = %s",
+                (experiment, rubric, step),
+            )
+            row = cur.fetchone()
+        return None if row is None else AppliedStep(*row)
+
+    def record(self, applied: AppliedStep) -> AppliedStep:
+        """Insert the row unless one exists; returns the row that is in the ledger."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO rl_train_ledger (experiment, rubric, step, identity, parent_hash, policy_hash, "
+                "version, actor_pid) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (experiment, rubric, step) DO NOTHING",
+                (applied.experiment, applied.rubric, applied.step, applied.identity, applied.parent_hash,
+                 applied.policy_hash, applied.version, applied.actor_pid),
+            )
+        recorded = self.get(applied.experiment, applied.rubric, applied.step)
+        assert recorded is not None
+        return recorded
+
+    def steps(self, experiment: str, rubric: str) -> list[AppliedStep]:
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT experiment, rubric, step, identity, parent_hash, policy_hash, version, actor_pid "
+                "FROM rl_train_ledger WHERE experiment = %s AND rubric = %s ORDER BY step",
+                (experiment, rubric),
+            )
+            return [AppliedStep(*row) for row in cur.fetchall()]
+
+
+class CheckpointStore:
+    """Policies after each step, content-verified against the ledger's hash."""
+
+    def __init__(self, artifacts: ArtifactStore) -> None:
+        self.artifacts = artifacts
+
+    @staticmethod
+    def _rel(experiment: str, rubric: str, step: int) -> str:
+        return f"checkpoints/{experiment}/{rubric}/s{step}"
+
+    def save(self, experiment: str, rubric: str, step: int, policy: Policy) -> None:
+        self.artifacts.write(self._rel(experiment, rubric, step), policy)
+
+    def load(self, experiment: str, rubric: str, step: int, expected_hash: str | None = None) -> Policy | None:
+        policy = self.artifacts.read(self._rel(experiment, rubric, step), Policy)
+        if policy is not None and expected_hash is not None and policy.content_hash != expected_hash:
+            raise CorruptArtifactError(
+                f"checkpoint {experiment}/{rubric}/s{step} has hash {policy.content_hash}, "
+                f"the ledger recorded {expected_hash}"
+            )
+        return policy
