@@ -40,6 +40,23 @@ class AttemptLog:
                 (experiment, trial_id, attempt, key, cache_hit, outcome),
             )
 
+    def record_trial_failure(self, experiment: str, trial_id: str, phase: str, error: str) -> None:
+        """Mark a trial failed for good: its step trains without it."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO rl_trial_failures (experiment, trial_id, phase, error) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (experiment, trial_id) DO NOTHING",
+                (experiment, trial_id, phase, error[:4000]),
+            )
+
+    def failed_trials(self, experiment: str) -> dict[str, str]:
+        """trial id -> ``"phase: error"`` of every trial that failed for good."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT trial_id, phase, error FROM rl_trial_failures WHERE experiment = %s", (experiment,)
+            )
+            return {t: f"{phase}: {error}" for t, phase, error in cur.fetchall()}
+
     def record_driver_attempt(self, experiment: str, pid: int) -> int:
         with self.db.transaction() as cur:
             cur.execute(

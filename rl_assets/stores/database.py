@@ -71,6 +71,14 @@ CREATE TABLE IF NOT EXISTS rl_train_ledger (
     applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (experiment, rubric, step)
 );
+CREATE TABLE IF NOT EXISTS rl_trial_failures (
+    experiment TEXT NOT NULL,
+    trial_id TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    error TEXT NOT NULL,
+    failed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (experiment, trial_id)
+);
 CREATE TABLE IF NOT EXISTS rl_driver_attempts (
     id BIGSERIAL PRIMARY KEY,
     experiment TEXT NOT NULL,

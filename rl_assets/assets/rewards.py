@@ -1,0 +1,77 @@
+"""``rewards``: the verifier plus the judge, for one trial under one rubric.
+
+Judging is its own step with its own retries: a failure after the judge has
+answered (an upload, a crash) is retried without calling the judge again,
+because the verdict was recorded first.
+"""
+
+
+import dagster as dg
+
+from rl_assets.assets.partitions import TRIAL, parse_trial_partition
+from rl_assets.domain.rubrics import get_rubric
+from rl_assets.domain.scoring import reward_of
+from rl_assets.resources.judge import JudgeResource
+from rl_assets.resources.stores import StoresResource
+
+
+class InjectedJudgeFault(RuntimeError):
+    """An injected failure after the verdict was recorded."""
+
+
+@dg.asset(
+    partitions_def=TRIAL,
+    deps=["trajectories"],
+    code_version="reward-v1",
+    group_name="rl",
+    pool="judge",
+    description="One trial's reward: verifier correctness plus the judge's score under the experiment's rubric.",
+)
+def rewards(
+    context: dg.AssetExecutionContext, stores: StoresResource, judge: JudgeResource
+) -> dg.MaterializeResult:
+    experiment, step, slot = parse_trial_partition(context.partition_key)
+    state = stores.stores
+    config = state.experiments.get(experiment)
+    runtime = state.experiments.runtime(experiment)
+    trial_id = config.trial(step, slot).trial_id
+    trajectory = state.trials.trajectory(experiment, step, slot)
+    if trajectory is None:
+        raise dg.Failure(f"no stored trajectory for {trial_id}; materialize trajectories first", allow_retries=False)
+    rubric = get_rubric(config.rubric)
+    attempt = context.retry_number
+    key = judge.key(trajectory, rubric)
+    cache_hit: bool | None = None
+    try:
+        verdict, cache_hit = judge.judge(
+            state.verdicts, trajectory, rubric, experiment,
+            latency_s=runtime.execution.judge_latency_s, timeout_s=runtime.execution.judge_timeout_s,
+        )
+        if attempt == 0 and runtime.faults.judge_flakes(trial_id):
+            raise InjectedJudgeFault(f"injected failure after the judge answered for {trial_id}")
+    except Exception as err:
+        state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "failed")
+        if attempt < config.judge_retries:
+            context.log.warning(f"judging {trial_id} attempt {attempt} failed: {err}; retrying")
+            raise dg.RetryRequested(max_retries=config.judge_retries) from err
+        state.attempts.record_trial_failure(experiment, trial_id, "judge", str(err))
+        raise dg.Failure(f"judging {trial_id} failed on all {attempt + 1} attempts: {err}", allow_retries=False) from err
+    state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "ok")
+    reward = reward_of(trajectory, verdict)
+    state.trials.save_reward(experiment, rubric.name, step, slot, reward)
+    return dg.MaterializeResult(
+        metadata={
+            "trial_id": trial_id,
+            "reward": reward.reward,
+            "verified": reward.verified,
+            "judge_score": verdict.score,
+            "turns": reward.turns,
+            "rubric": rubric.name,
+            "rubric_hash": rubric.content_hash,
+            "judge": judge.judge_id,
+            "judge_cache": "hit" if cache_hit else "call",
+            "attempt": attempt,
+            "trajectory_hash": trajectory.content_hash,
+        },
+        data_version=dg.DataVersion(reward.content_hash),
+    )

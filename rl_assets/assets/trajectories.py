@@ -1,0 +1,131 @@
+"""``trajectories``: one rollout per trial, in its own sandbox on its own fork.
+
+The trajectory's identity is the hash of what determines it (trial spec,
+world hash, policy hash, agent version). An identity already in the rollout
+cache is reused, not regenerated: that is what makes a rerun after a crash,
+and later a fork of the experiment, cost nothing for unchanged trials.
+"""
+
+
+import dagster as dg
+
+from rl_assets.assets.partitions import TRIAL, parse_trial_partition
+from rl_assets.assets.policy import parent_policy
+from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.models import Policy, Trajectory, TrialSpec
+from rl_assets.domain.runtime import Runtime
+from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.resources.world_store import WorldStoreResource
+from rl_assets.sandbox.launcher import isolation, run_sandbox
+from rl_assets.sandbox.protocol import SandboxRequest
+
+AGENT_VERSION = "reference-agent-v1"
+
+
+@dg.asset(
+    partitions_def=TRIAL,
+    deps=[dg.AssetDep("worlds", partition_mapping=dg.AllPartitionMapping())],
+    code_version="trajectory-v1",
+    group_name="rl",
+    pool="rollout",
+    description="One trial's rollout: the agent's turns in its private fork of the trial's world.",
+)
+def trajectories(
+    context: dg.AssetExecutionContext, stores: StoresResource, world_store: WorldStoreResource
+) -> dg.MaterializeResult:
+    experiment, step, slot = parse_trial_partition(context.partition_key)
+    state = stores.stores
+    config = state.experiments.get(experiment)
+    runtime = state.experiments.runtime(experiment)
+    spec = config.trial(step, slot)
+    policy = parent_policy(state, config, step)
+    world_hash = world_store.verified_hash(spec.world_id)
+    identity = content_hash(
+        {"spec": spec.model_dump(mode="json"), "world": world_hash, "policy": policy.content_hash, "agent": AGENT_VERSION}
+    )
+    attempt = context.retry_number
+    trajectory = state.trials.cached_rollout(identity)
+    source = "reused"
+    fork_kind = "none"
+    if trajectory is None:
+        source = "generated"
+        trajectory, fork_kind = _generate(
+            context, state, world_store, config, runtime, spec, policy, world_hash, identity, attempt
+        )
+        state.trials.cache_rollout(identity, trajectory)
+    state.trials.save_trajectory(experiment, step, slot, trajectory)
+    return dg.MaterializeResult(
+        metadata={
+            "trial_id": spec.trial_id,
+            "world_id": spec.world_id,
+            "turns": len(trajectory.turns),
+            "found_secret": trajectory.found_doc is not None,
+            "files_written": ", ".join(trajectory.files_written),
+            "policy_version": trajectory.policy_version,
+            "policy_hash": trajectory.policy_hash,
+            "world_hash": world_hash,
+            "identity": identity,
+            "source": source,
+            "fork": fork_kind,
+            "network_isolated": isolation().network_isolated,
+            "attempt": attempt,
+        },
+        data_version=dg.DataVersion(trajectory.content_hash),
+    )
+
+
+def _generate(
+    context: dg.AssetExecutionContext,
+    state: Stores,
+    world_store: WorldStoreResource,
+    config: ExperimentConfig,
+    runtime: Runtime,
+    spec: TrialSpec,
+    policy: Policy,
+    world_hash: str,
+    identity: str,
+    attempt: int,
+) -> tuple[Trajectory, str]:
+    """Run one sandboxed attempt, logging it durably; retry or fail for good on error."""
+    faults, execution = runtime.faults, runtime.execution
+    fork_kind = "overlay" if world_store.use_overlay() else "copy"
+    attempt_id = state.attempts.start_generation(config.name, spec.trial_id, attempt, identity, fork_kind)
+    request_faults = {
+        "fail_below": faults.flaky_trial_rate if attempt == 0 else 0.0,
+        "hang": attempt == 0 and faults.trial_hangs(spec.trial_id),
+    }
+    try:
+        with world_store.fork(spec.world_id, f"{spec.trial_id}-{config.name}-a{attempt_id}") as fork:
+            rollout = run_sandbox(
+                SandboxRequest(
+                    spec=spec,
+                    prior=policy.priors[spec.world_id],
+                    fork=fork,
+                    tool_latency_s=execution.tool_latency_s,
+                    **request_faults,
+                ),
+                timeout_s=execution.trial_timeout_s,
+            )
+    except Exception as err:  # any sandbox failure is this trial's, never the step's
+        state.attempts.finish_generation(attempt_id, "failed", str(err))
+        if attempt < config.generate_retries:
+            context.log.warning(f"{spec.trial_id} attempt {attempt} failed: {err}; retrying")
+            raise dg.RetryRequested(max_retries=config.generate_retries) from err
+        state.attempts.record_trial_failure(config.name, spec.trial_id, "generate", str(err))
+        raise dg.Failure(
+            f"{spec.trial_id} failed on all {attempt + 1} attempts; its step trains without it. Last error: {err}",
+            allow_retries=False,
+        ) from err
+    state.attempts.finish_generation(attempt_id, "ok")
+    trajectory = Trajectory(
+        trial_id=spec.trial_id,
+        world_id=spec.world_id,
+        world_hash=world_hash,
+        policy_version=policy.version,
+        policy_hash=policy.content_hash,
+        turns=rollout.turns,
+        answer=rollout.answer,
+        files_written=rollout.files_written,
+    )
+    return trajectory, fork_kind

@@ -1,0 +1,85 @@
+"""``weights``: one training step, applied exactly once by the Ray trainer.
+
+The batch is canonical: the step's rewards sorted by trial id, read from the
+reward store for the trials the experiment planned. A trial that failed for
+good is absent (``skip``), or takes its prompt group with it (``mask-group``).
+"""
+
+
+import dagster as dg
+
+from rl_assets.assets.partitions import STEP
+from rl_assets.assets.policy import parent_policy
+from rl_assets.domain.bandit import canonical_batch, step_summary
+from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
+from rl_assets.domain.models import Reward
+from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.resources.trainer import TrainerResource
+
+
+def step_batch(state: Stores, config: ExperimentConfig, step: int) -> tuple[list[Reward], list[str]]:
+    """``(canonical batch, trial ids left out)`` of a step."""
+    failed = state.attempts.failed_trials(config.name)
+    present: dict[str, Reward] = {}
+    missing = []
+    for spec in config.trials(step):
+        slot = spec.trial_id.split("-", 1)[1]
+        reward = state.trials.reward(config.name, config.rubric, step, slot)
+        if reward is None:
+            if spec.trial_id not in failed:
+                raise dg.Failure(
+                    f"{spec.trial_id} has neither a reward nor a recorded failure; its step cannot train yet",
+                    allow_retries=False,
+                )
+            missing.append(spec.trial_id)
+        else:
+            present[spec.trial_id] = reward
+    if config.failed_trial_policy == "mask-group":
+        masked_groups = {t.rsplit("-", 1)[0] for t in missing}
+        for trial_id in list(present):
+            if trial_id.rsplit("-", 1)[0] in masked_groups:
+                missing.append(trial_id)
+                del present[trial_id]
+    return canonical_batch(list(present.values())), sorted(missing)
+
+
+@dg.asset(
+    partitions_def=STEP,
+    deps=[dg.AssetDep("rewards", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("step"))],
+    code_version="weights-v1",
+    group_name="rl",
+    pool="train",
+    description="The policy after one training step (bandit priors), checkpointed and ledgered.",
+)
+def weights(
+    context: dg.AssetExecutionContext, stores: StoresResource, trainer: TrainerResource
+) -> dg.MaterializeResult:
+    experiment, step = parse_step_key(context.partition_key)
+    state = stores.stores
+    config = state.experiments.get(experiment)
+    parent = parent_policy(state, config, step)
+    batch, left_out = step_batch(state, config, step)
+    policy, applied, applied_now = trainer.train_step(
+        state.training, state.checkpoints, experiment, config.rubric, step, parent, batch, config.lr
+    )
+    mean_reward, mean_turns = step_summary(batch)
+    if applied_now:
+        context.log.info(f"applied step {step} of {experiment}: version {policy.version} by actor {applied.actor_pid}")
+    else:
+        context.log.info(f"step {step} of {experiment} was already applied; reusing its checkpoint")
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "step": step,
+        "trials_planned": len(config.trials(step)),
+        "trials_ok": len(batch),
+        "trials_left_out": ", ".join(left_out) or "none",
+        "weights_version": policy.version,
+        "policy_hash": policy.content_hash,
+        "parent_hash": parent.content_hash,
+        "rubric": config.rubric,
+        "actor_pid": applied.actor_pid,
+        "applied_now": applied_now,
+    }
+    if mean_reward is not None:
+        metadata["mean_reward"] = dg.MetadataValue.float(mean_reward)
+        metadata["mean_turns"] = dg.MetadataValue.float(mean_turns)
+    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(policy.content_hash))

@@ -1,0 +1,26 @@
+"""``worlds``: each world built once, sealed read-only, content hash recorded."""
+
+
+import dagster as dg
+
+from rl_assets.assets.partitions import WORLD
+from rl_assets.resources.world_store import WorldStoreResource
+
+
+@dg.asset(
+    partitions_def=WORLD,
+    code_version="world-v1",
+    group_name="rl",
+    description="A sealed world: the documents a trial's agent explores through its private fork.",
+)
+def worlds(context: dg.AssetExecutionContext, world_store: WorldStoreResource) -> dg.MaterializeResult:
+    world_id = context.partition_key
+    digest, built_now = world_store.ensure_built(world_id)
+    return dg.MaterializeResult(
+        metadata={
+            "content_hash": digest,
+            "path": dg.MetadataValue.path(str(world_store.world_path(world_id))),
+            "built_now": built_now,
+        },
+        data_version=dg.DataVersion(digest),
+    )

@@ -1,0 +1,275 @@
+"""``rl-assets``: train, inspect and serve experiments of one home.
+
+The CLI is a thin client. ``train`` records the experiment, brings the home's
+services up, and supervises a driver process (restarting it if it dies),
+while it follows progress from durable state; killing the CLI stops nothing
+that matters, and running it again continues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from pydantic import ValidationError
+
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.rubrics import UnknownRubricError
+from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
+from rl_assets.home import Home
+
+MAX_DRIVER_ATTEMPTS = 3
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input: reported on one line, before any work."""
+
+
+def _pydantic_message(err: ValidationError) -> str:
+    first = err.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "value"
+    message = first["msg"].removeprefix("Value error, ")
+    return f"--{field.replace('_', '-')}: {message} (got {first.get('input')!r})"
+
+
+def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runtime]:
+    try:
+        config = ExperimentConfig(
+            name=args.experiment, steps=args.steps, worlds=args.worlds, prompts=args.prompts,
+            samples=args.samples, lr=args.lr, max_turns=args.max_turns, rubric=args.rubric,
+            generate_retries=args.generate_retries, judge_retries=args.judge_retries,
+            failed_trial_policy=args.failed_trial_policy,
+        )
+        runtime = Runtime(
+            faults=FaultConfig(
+                flaky_trial_rate=args.flaky_trial_rate, judge_flake_rate=args.judge_flake_rate,
+                hang_trial_rate=args.hang_trial_rate, crash_driver_at_step=args.crash_driver_at_step,
+            ),
+            execution=ExecutionSettings(
+                tool_latency_s=args.tool_latency, judge_latency_s=args.judge_latency,
+                trial_timeout_s=args.trial_timeout, judge_timeout_s=args.judge_timeout,
+                max_concurrent_trials=args.max_concurrent_trials,
+            ),
+        )
+    except ValidationError as err:
+        if "experiment" in str(err.errors()[0]["loc"]) or err.errors()[0]["loc"] == ("name",):
+            raise UsageError(f"--experiment: must match [a-z0-9][a-z0-9_-]* (got {args.experiment!r})") from None
+        raise UsageError(_pydantic_message(err)) from None
+    except UnknownRubricError as err:
+        raise UsageError(f"--rubric: {err}") from None
+    if runtime.faults.crash_driver_at_step is not None and runtime.faults.crash_driver_at_step >= config.steps:
+        raise UsageError(f"--crash-driver-at-step: must be below --steps ({config.steps})")
+    return config, runtime
+
+
+def _open(home: Home, with_ray: bool = True):
+    from rl_assets.resources.stores import Stores
+    from rl_assets.services.local_deployment import LocalDeployment
+    from rl_assets.stores.database import Database
+
+    LocalDeployment(home).up(with_ray=with_ray)
+    return Stores(home.root, Database.from_env())
+
+
+class Progress:
+    """One status line on stderr, rewritten in place on a terminal."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last = ""
+
+    def show(self, text: str) -> None:
+        if text == self.last:
+            return
+        self.last = text
+        sys.stderr.write(("\r\033[K" + text) if self.tty else text + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty and self.last:
+            sys.stderr.write("\n")
+
+
+def _describe(p) -> str:
+    if p.worlds_missing:
+        return f"{p.config.name}: building worlds ({len(p.worlds_missing)} left)"
+    if not p.steps:
+        return f"{p.config.name}: starting"
+    s = p.steps[-1]
+    if p.done:
+        return f"{p.config.name}: {p.config.steps}/{p.config.steps} steps trained"
+    phase = "training" if s.train_running else "rolling out"
+    return (
+        f"{p.config.name}: step {s.step + 1}/{p.config.steps} {phase}: {s.count('ok')} ok, {s.count('failed')} failed, "
+        f"{s.count('running')} running, {s.count('pending')} pending of {len(s.trials)} trials"
+    )
+
+
+def _supervise(home: Home, stores, config: ExperimentConfig) -> None:
+    from dagster import DagsterInstance
+
+    from rl_assets.driver.loop import EXIT_BUSY, EXIT_GAVE_UP
+    from rl_assets.driver.planner import plan
+
+    progress = Progress()
+    with DagsterInstance.get() as instance:
+        attempts = 0
+        while not plan(instance, stores, config).done:
+            attempts += 1
+            if attempts > MAX_DRIVER_ATTEMPTS:
+                raise RuntimeError(f"the driver died {MAX_DRIVER_ATTEMPTS} times; see {home.logs}")
+            with open(home.logs / "driver.log", "ab") as log:
+                driver = subprocess.Popen(
+                    [sys.executable, "-m", "rl_assets.driver.loop", config.name],
+                    stdout=log, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                )
+            while driver.poll() is None:
+                progress.show(_describe(plan(instance, stores, config)))
+                time.sleep(0.5)
+            err = driver.stderr.read().decode() if driver.stderr else ""
+            if driver.returncode == EXIT_BUSY:
+                progress.close()
+                raise UsageError(err.strip() or f"experiment {config.name!r} is being trained by another process")
+            if driver.returncode == EXIT_GAVE_UP:
+                progress.close()
+                raise RuntimeError(err.strip())
+            if driver.returncode != 0:
+                progress.show(f"{config.name}: driver exited with {driver.returncode}; restarting it")
+        progress.show(_describe(plan(instance, stores, config)))
+    progress.close()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    config, runtime = _config_from_args(args)
+    home = Home.resolve(args.home)
+    from rl_assets.results import experiment_result, format_table
+    from rl_assets.stores.experiments import ExperimentConflictError
+
+    stores = _open(home)
+    try:
+        stores.experiments.create_or_resume(config, runtime)
+    except ExperimentConflictError as err:
+        raise UsageError(str(err)) from None
+    _supervise(home, stores, config)
+    _print_result(experiment_result(stores, config), args.json, format_table)
+    return 0
+
+
+def _print_result(result: dict[str, Any], as_json: bool, fmt) -> None:
+    print(json.dumps(result, sort_keys=False) if as_json else fmt(result))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from dagster import DagsterInstance
+
+    from rl_assets.driver.planner import plan
+    from rl_assets.results import experiment_result, format_table
+    from rl_assets.stores.experiments import UnknownExperimentError
+
+    home = Home.resolve(args.home)
+    stores = _open(home, with_ray=False)
+    try:
+        config = stores.experiments.get(args.experiment)
+    except UnknownExperimentError as err:
+        raise UsageError(str(err)) from None
+    with DagsterInstance.get() as instance:
+        p = plan(instance, stores, config)
+    result = experiment_result(stores, config)
+    result["status"] = "done" if p.done else "in progress"
+    result["progress"] = _describe(p)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(_describe(p))
+        print(format_table(result))
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    home = Home.resolve(args.home)
+    _open(home)
+    cmd = ["dagster", "dev", "-m", "rl_assets.definitions", "-h", args.host, "-p", str(args.port)]
+    print(f"Dagster UI on http://{args.host}:{args.port} for home {home.root}", file=sys.stderr)
+    os.execvp(cmd[0], cmd)
+    return 0  # not reached
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from rl_assets.services.local_deployment import LocalDeployment
+
+    home = Home.resolve(args.home)
+    stopped = LocalDeployment(home).down()
+    print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+    return 0
+
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rl-assets", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_home(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--home", help="home directory (default: $RL_ASSETS_HOME or ./.rl-assets)")
+        return p
+
+    train = with_home(sub.add_parser("train", help="run or resume an experiment to completion"))
+    d = ExperimentConfig.model_fields
+    train.add_argument("--experiment", required=True, help="experiment name")
+    for name in ("steps", "worlds", "prompts", "samples", "max_turns", "generate_retries", "judge_retries"):
+        train.add_argument(f"--{name.replace('_', '-')}", type=int, default=d[name].default, help=d[name].description)
+    train.add_argument("--lr", type=float, default=d["lr"].default, help=d["lr"].description)
+    train.add_argument("--rubric", default=d["rubric"].default, help=d["rubric"].description)
+    train.add_argument("--failed-trial-policy", choices=["skip", "mask-group"], default="skip",
+                       help=d["failed_trial_policy"].description)
+    f = FaultConfig.model_fields
+    for name in ("flaky_trial_rate", "judge_flake_rate", "hang_trial_rate"):
+        train.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, help=f[name].description)
+    train.add_argument("--crash-driver-at-step", type=int, default=None, help=f["crash_driver_at_step"].description)
+    x = ExecutionSettings.model_fields
+    train.add_argument("--tool-latency", type=float, default=x["tool_latency_s"].default, help=x["tool_latency_s"].description)
+    train.add_argument("--judge-latency", type=float, default=x["judge_latency_s"].default, help=x["judge_latency_s"].description)
+    train.add_argument("--trial-timeout", type=float, default=x["trial_timeout_s"].default, help=x["trial_timeout_s"].description)
+    train.add_argument("--judge-timeout", type=float, default=x["judge_timeout_s"].default, help=x["judge_timeout_s"].description)
+    train.add_argument("--max-concurrent-trials", type=int, default=x["max_concurrent_trials"].default,
+                       help=x["max_concurrent_trials"].description)
+    train.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    train.set_defaults(func=cmd_train)
+
+    status = with_home(sub.add_parser("status", help="show an experiment's progress and table"))
+    status.add_argument("--experiment", required=True)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    dev = with_home(sub.add_parser("dev", help="open the Dagster UI (and daemon) on this home"))
+    dev.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    dev.add_argument("--port", type=int, default=3000)
+    dev.set_defaults(func=cmd_dev)
+
+    stop = with_home(sub.add_parser("stop", help="stop the home's background services"))
+    stop.set_defaults(func=cmd_stop)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as err:
+        print(f"rl-assets: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as err:
+        print(f"rl-assets: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nrl-assets: interrupted; running units continue, run the same command to follow them", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The Dagster code location: ``dagster dev -m rl_assets.definitions``.
+
+Resources read the home and the services from the environment that
+``rl-assets`` (or the deployment) sets: ``RL_ASSETS_HOME``, ``DAGSTER_PG_*``,
+``RL_ASSETS_RAY_ADDRESS`` and ``RL_ASSETS_RAY_NAMESPACE``.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from rl_assets.assets import rewards, trajectories, weights, worlds
+from rl_assets.driver.launchpad import start_experiment_job
+from rl_assets.driver.sensor import driver_sensor
+from rl_assets.jobs import train_job, trial_job, world_job
+from rl_assets.resources.judge import JudgeResource
+from rl_assets.resources.stores import StoresResource
+from rl_assets.resources.trainer import TrainerResource
+from rl_assets.resources.world_store import WorldStoreResource
+
+defs = dg.Definitions(
+    assets=[worlds, trajectories, rewards, weights],
+    jobs=[world_job, trial_job, train_job, start_experiment_job],
+    sensors=[driver_sensor],
+    resources={
+        "stores": StoresResource(home=dg.EnvVar("RL_ASSETS_HOME")),
+        "world_store": WorldStoreResource(home=dg.EnvVar("RL_ASSETS_HOME")),
+        "judge": JudgeResource(),
+        "trainer": TrainerResource(
+            ray_address=dg.EnvVar("RL_ASSETS_RAY_ADDRESS"),
+            namespace=dg.EnvVar("RL_ASSETS_RAY_NAMESPACE"),
+        ),
+    },
+)
+
+
+def get_job(name: str) -> dg.JobDefinition:
+    return defs.resolve_job_def(name)
+
+
+def get_world_job() -> dg.JobDefinition:
+    return get_job("world_job")
+
+
+def get_trial_job() -> dg.JobDefinition:
+    return get_job("trial_job")
+
+
+def get_train_job() -> dg.JobDefinition:
+    return get_job("train_job")
+
+
+RECONSTRUCTABLE_JOBS = {
+    "world_job": get_world_job,
+    "trial_job": get_trial_job,
+    "train_job": get_train_job,
+}

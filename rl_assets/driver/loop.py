@@ -1,0 +1,91 @@
+"""The CLI's driver process: ``python -m rl_assets.driver.loop EXPERIMENT``.
+
+Each pass reaps runs whose worker died, plans from durable state, and starts
+the runs the plan asks for, at most ``max_concurrent_trials`` trials at once.
+Its only memory is which worker processes it started in this life, and losing
+that (a crash) is harmless: runs outlive the driver, and the next driver
+sees them in the instance. One driver per experiment at a time, enforced by a
+Postgres advisory lock held for the driver's life.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+
+from dagster import DagsterInstance
+
+from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
+from rl_assets.driver.planner import Plan, plan
+from rl_assets.driver.runs import create_run, reap_dead_runs, start_worker
+from rl_assets.home import Home
+from rl_assets.resources.stores import Stores
+from rl_assets.stores.database import Database
+
+EXIT_BUSY = 75
+EXIT_GAVE_UP = 70
+MAX_RUNS_PER_UNIT = 3
+POLL_S = 0.25
+
+
+def _ensure_partitions(instance: DagsterInstance, name: str, keys: list[str]) -> None:
+    missing = [k for k in keys if not instance.has_dynamic_partition(name, k)]
+    if missing:
+        instance.add_dynamic_partitions(name, missing)
+
+
+def _give_up_on_crashing_units(stores: Stores, p: Plan) -> None:
+    for step in p.steps:
+        for trial in step.trials:
+            if trial.state == "pending" and trial.runs >= MAX_RUNS_PER_UNIT:
+                stores.attempts.record_trial_failure(
+                    p.config.name, trial.trial_id, "run", f"its runs died {trial.runs} times"
+                )
+
+
+def drive(experiment: str, home: Home) -> int:
+    db = Database.from_env()
+    stores = Stores(home.root, db)
+    lock_conn = db.info.connect()
+    lock_conn.autocommit = True
+    with lock_conn.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s)", (zlib.crc32(f"driver:{experiment}".encode()),))
+        if not cur.fetchone()[0]:
+            print(f"another driver is already running experiment {experiment!r}", file=sys.stderr)
+            return EXIT_BUSY
+    attempt = stores.attempts.record_driver_attempt(experiment, os.getpid())
+    config = stores.experiments.get(experiment)
+    runtime = stores.experiments.runtime(experiment)
+    workers: dict[str, subprocess.Popen] = {}
+    with DagsterInstance.get() as instance:
+        _ensure_partitions(instance, WORLD.name, config.world_ids)
+        _ensure_partitions(instance, TRIAL_SLOT.name, config.trial_slots())
+        while True:
+            reap_dead_runs(instance, experiment)
+            p = plan(instance, stores, config)
+            crash_at = runtime.faults.crash_driver_at_step
+            if crash_at is not None and attempt == 1 and p.steps_trained > crash_at:
+                os.kill(os.getpid(), signal.SIGKILL)  # injected driver crash
+            if p.done:
+                return 0
+            _give_up_on_crashing_units(stores, p)
+            _ensure_partitions(instance, STEP.name, [s.key for s in p.steps])
+            workers = {rid: w for rid, w in workers.items() if w.poll() is None}
+            for launch in p.launches:
+                if launch.job != "trial_job" and launch.generation >= MAX_RUNS_PER_UNIT:
+                    print(f"{launch.job} {launch.partition_key} failed {launch.generation} times; giving up; "
+                          f"see the run logs in {home.logs}", file=sys.stderr)
+                    return EXIT_GAVE_UP
+                if launch.job == "trial_job" and len(workers) >= runtime.execution.max_concurrent_trials:
+                    continue
+                run = create_run(instance, launch)
+                workers[run.run_id] = start_worker(instance, run, str(home.logs))
+            time.sleep(POLL_S)
+
+
+if __name__ == "__main__":
+    sys.exit(drive(sys.argv[1], Home.resolve()))

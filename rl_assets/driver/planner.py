@@ -1,0 +1,146 @@
+"""What an experiment still needs, computed from durable state only.
+
+A trial is ``ok`` when its reward is materialized, ``failed`` when it failed
+for good (recorded by the asset that gave up), ``running`` while one of its
+runs is in flight, else ``pending``. A step opens when the previous one is
+trained (ledger row and weights materialization); it trains when all of its
+trials are ``ok`` or ``failed``. Worlds are built before anything else.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import dagster as dg
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+from rl_assets.assets.partitions import trial_partition_key
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.jobs import EXPERIMENT_TAG, PARTITION_TAG
+from rl_assets.resources.stores import Stores
+
+ACTIVE_STATUSES = {
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+}
+
+TrialState = Literal["ok", "failed", "running", "pending"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A run to start: a job on one partition, with a run key unique per generation."""
+
+    job: str
+    partition_key: str
+    tags: dict[str, str]
+    generation: int
+
+    @property
+    def run_key(self) -> str:
+        return f"{self.job}:{self.partition_key}:{self.generation}"
+
+
+@dataclass(frozen=True)
+class TrialStatus:
+    trial_id: str
+    partition_key: str
+    state: TrialState
+    runs: int
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    step: int
+    key: str
+    trials: list[TrialStatus]
+    trained: bool
+    train_running: bool
+
+    def count(self, state: TrialState) -> int:
+        return sum(1 for t in self.trials if t.state == state)
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: ExperimentConfig
+    worlds_missing: list[str]
+    steps: list[StepStatus]
+    launches: list[Launch] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return len(self.steps) == self.config.steps and all(s.trained for s in self.steps)
+
+    @property
+    def steps_trained(self) -> int:
+        return sum(1 for s in self.steps if s.trained)
+
+
+def _partition_tags(partition_key: str, dims: dict[str, str] | None = None) -> dict[str, str]:
+    tags = {"dagster/partition": partition_key, PARTITION_TAG: partition_key}
+    for dim, value in (dims or {}).items():
+        tags[f"dagster/partition/{dim}"] = value
+    return tags
+
+
+def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig) -> Plan:
+    """The experiment's status and the runs to launch next."""
+    runs = instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: config.name}))
+    by_partition: dict[str, list] = defaultdict(list)
+    for run in runs:
+        by_partition[run.tags.get(PARTITION_TAG, "")].append(run)
+
+    def run_counts(key: str) -> tuple[bool, int]:
+        rs = by_partition.get(key, [])
+        return any(r.status in ACTIVE_STATUSES for r in rs), len(rs)
+
+    base_tags = {EXPERIMENT_TAG: config.name}
+    launches: list[Launch] = []
+    built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
+    worlds_missing = [w for w in config.world_ids if w not in built]
+    for world_id in worlds_missing:
+        active, count = run_counts(world_id)
+        if not active:
+            launches.append(Launch("world_job", world_id, {**base_tags, **_partition_tags(world_id)}, count))
+    if worlds_missing:
+        return Plan(config, worlds_missing, [], launches)
+
+    rewarded = instance.get_materialized_partitions(dg.AssetKey("rewards"))
+    trained_keys = instance.get_materialized_partitions(dg.AssetKey("weights"))
+    failed = stores.attempts.failed_trials(config.name)
+    steps: list[StepStatus] = []
+    for s in range(config.steps):
+        step_key = config.step_key(s)
+        trials = []
+        for spec in config.trials(s):
+            slot = spec.trial_id.split("-", 1)[1]
+            key = str(trial_partition_key(config, s, slot))
+            active, count = run_counts(key)
+            state: TrialState
+            if key in rewarded:
+                state = "ok"
+            elif spec.trial_id in failed:
+                state = "failed"
+            elif active:
+                state = "running"
+            else:
+                state = "pending"
+                tags = {**base_tags, **_partition_tags(key, {"step": step_key, "trial": slot})}
+                launches.append(Launch("trial_job", key, tags, count))
+            trials.append(TrialStatus(spec.trial_id, key, state, count))
+        ledgered = stores.training.get(config.name, config.rubric, s) is not None
+        trained = ledgered and step_key in trained_keys
+        train_active, train_count = run_counts(step_key)
+        all_terminal = all(t.state in ("ok", "failed") for t in trials)
+        if all_terminal and not trained and not train_active:
+            launches.append(Launch("train_job", step_key, {**base_tags, **_partition_tags(step_key)}, train_count))
+        steps.append(StepStatus(s, step_key, trials, trained, train_active))
+        if not trained:
+            break
+    return Plan(config, [], steps, launches)

@@ -1,0 +1,70 @@
+"""Runs the CLI driver launches: created in the instance, executed by a worker process.
+
+The driver creates each run in Dagster's run storage *before* starting its
+worker, so the run exists (and the planner sees it in flight) from the first
+moment; then ``python -m rl_assets.driver.run_worker RUN_ID`` executes it with
+the job's own executor. The worker's pid is tagged on the run, which lets a
+later driver tell a live run from one whose worker was killed, and finish it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import dagster as dg
+from dagster import DagsterInstance, DagsterRun, RunsFilter
+
+from rl_assets.definitions import RECONSTRUCTABLE_JOBS
+from rl_assets.driver.planner import ACTIVE_STATUSES, Launch
+from rl_assets.jobs import EXPERIMENT_TAG, WORKER_PID_TAG
+from rl_assets.services.processes import pid_alive
+
+LAUNCHED_BY_TAG = "rl/launched_by"
+UNCLAIMED_GRACE_S = 60.0
+"""A created run that no worker claimed within this long was lost with its driver."""
+
+
+def create_run(instance: DagsterInstance, launch: Launch) -> DagsterRun:
+    recon = dg.reconstructable(RECONSTRUCTABLE_JOBS[launch.job])
+    job_def = recon.get_definition()
+    return instance.create_run_for_job(
+        job_def=job_def,
+        tags={**job_def.tags, **launch.tags, LAUNCHED_BY_TAG: "cli-driver"},
+        job_code_origin=recon.get_python_origin(),
+    )
+
+
+def start_worker(instance: DagsterInstance, run: DagsterRun, log_dir: str) -> subprocess.Popen:
+    log = open(os.path.join(log_dir, f"run-{run.run_id}.log"), "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rl_assets.driver.run_worker", run.run_id],
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # a run outlives the driver that started it
+    )
+    log.close()
+    instance.add_run_tags(run.run_id, {WORKER_PID_TAG: str(proc.pid)})
+    return proc
+
+
+def reap_dead_runs(instance: DagsterInstance, experiment: str) -> list[str]:
+    """Mark failed the in-flight runs of ``experiment`` whose worker is gone."""
+    reaped = []
+    runs = instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: experiment, LAUNCHED_BY_TAG: "cli-driver"}))
+    for run in runs:
+        if run.status not in ACTIVE_STATUSES:
+            continue
+        pid = run.tags.get(WORKER_PID_TAG)
+        if pid is not None:
+            dead = not pid_alive(int(pid))
+        else:
+            record = instance.get_run_record_by_id(run.run_id)
+            dead = record is not None and time.time() - record.create_timestamp.timestamp() > UNCLAIMED_GRACE_S
+        if dead:
+            instance.report_run_failed(run, "the run's worker process died; the driver will launch the unit again")
+            reaped.append(run.run_id)
+    return reaped

@@ -1,0 +1,46 @@
+"""Jobs: the units the driver launches, one run per unit of work.
+
+- ``world_job``: build and seal one world;
+- ``trial_job``: one trial, as two steps (generate, then judge) in separate
+  processes with their own retries: a crash while judging never regenerates;
+- ``train_job``: one training step on the Ray trainer.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from rl_assets.assets import rewards, trajectories, weights, worlds
+from rl_assets.assets.partitions import STEP, TRIAL, WORLD
+
+KIND_TAG = "rl/kind"
+EXPERIMENT_TAG = "rl/experiment"
+PARTITION_TAG = "rl/partition"
+WORKER_PID_TAG = "rl/worker_pid"
+
+world_job = dg.define_asset_job(
+    "world_job",
+    selection=[worlds],
+    partitions_def=WORLD,
+    executor_def=dg.in_process_executor,
+    tags={KIND_TAG: "world"},
+    description="Build and seal one world.",
+)
+
+trial_job = dg.define_asset_job(
+    "trial_job",
+    selection=[trajectories, rewards],
+    partitions_def=TRIAL,
+    executor_def=dg.multiprocess_executor,
+    tags={KIND_TAG: "trial"},
+    description="One trial: its rollout, then its judging, each in its own process.",
+)
+
+train_job = dg.define_asset_job(
+    "train_job",
+    selection=[weights],
+    partitions_def=STEP,
+    executor_def=dg.in_process_executor,
+    tags={KIND_TAG: "train"},
+    description="One training step on the trainer actor.",
+)

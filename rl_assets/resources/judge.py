@@ -1,0 +1,60 @@
+"""The judge resource: a paid call, made at most once per (trajectory, rubric).
+
+The simulated judge stands in for an LLM API: it sleeps ``latency_s`` per call
+and every call counts as billed. A real judge plugs in by replacing
+:meth:`JudgeResource._call`; ``api_key`` then comes from ``dg.EnvVar`` (a
+Kubernetes Secret in production) and is never logged or put in metadata.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import dagster as dg
+
+from rl_assets.domain.models import Rubric, Trajectory, Verdict
+from rl_assets.domain.scoring import simulated_judge
+from rl_assets.stores.verdicts import VerdictLedger, verdict_key
+
+
+class JudgeTimeout(RuntimeError):
+    """The judge did not answer in time (the call may still have been billed)."""
+
+
+class JudgeResource(dg.ConfigurableResource):
+    """Scores trajectories under a rubric, recording every verdict durably."""
+
+    judge_id: str = "simulated-v1"
+    api_key: str | None = None
+
+    def key(self, trajectory: Trajectory, rubric: Rubric) -> str:
+        return verdict_key(trajectory.content_hash, rubric.content_hash, self.judge_id)
+
+    def _call(self, trajectory: Trajectory, rubric: Rubric, latency_s: float) -> Verdict:
+        if latency_s:
+            time.sleep(latency_s)
+        return simulated_judge(trajectory, rubric)
+
+    def judge(
+        self,
+        ledger: VerdictLedger,
+        trajectory: Trajectory,
+        rubric: Rubric,
+        experiment: str,
+        latency_s: float,
+        timeout_s: float,
+    ) -> tuple[Verdict, bool]:
+        """``(verdict, cache_hit)``; the API is called only when no verdict is recorded."""
+
+        def call() -> Verdict:
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+            future = pool.submit(self._call, trajectory, rubric, latency_s)
+            try:
+                return future.result(timeout=timeout_s)
+            except concurrent.futures.TimeoutError:
+                raise JudgeTimeout(f"judge did not answer within {timeout_s}s") from None
+            finally:
+                pool.shutdown(wait=False)
+
+        return ledger.judge_once(self.key(trajectory, rubric), experiment, trajectory.trial_id, call)

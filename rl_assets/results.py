@@ -1,0 +1,83 @@
+"""The learning table and counts of an experiment, read from durable records only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rl_assets.assets.weights import step_batch
+from rl_assets.domain.bandit import step_summary
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.models import Policy, StepResult
+from rl_assets.resources.stores import Stores
+
+PRIOR_DECIMALS = 6
+"""Priors are sums of rounded rewards; printing them to 6 places hides float noise only."""
+
+
+def step_results(stores: Stores, config: ExperimentConfig) -> list[StepResult]:
+    results = []
+    for applied in stores.training.steps(config.name, config.rubric):
+        batch, _ = step_batch(stores, config, applied.step)
+        mean_reward, mean_turns = step_summary(batch)
+        results.append(
+            StepResult(
+                step=applied.step,
+                trials_planned=len(config.trials(applied.step)),
+                trials_ok=len(batch),
+                mean_reward=mean_reward,
+                mean_turns=mean_turns,
+                weights_version=applied.version,
+                policy_hash=applied.policy_hash,
+                actor_pid=applied.actor_pid,
+            )
+        )
+    return results
+
+
+def final_policy(stores: Stores, config: ExperimentConfig) -> Policy:
+    steps = stores.training.steps(config.name, config.rubric)
+    if not steps:
+        return Policy.initial(config.world_ids)
+    last = steps[-1]
+    policy = stores.checkpoints.load(config.name, config.rubric, last.step, expected_hash=last.policy_hash)
+    assert policy is not None, f"checkpoint of step {last.step} is missing"
+    return policy
+
+
+def experiment_result(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
+    """The JSON object of ``rl-assets train --json``."""
+    policy = final_policy(stores, config)
+    return {
+        "experiment": config.name,
+        "rubric": config.rubric,
+        "steps": [
+            {
+                "step": r.step,
+                "trials_planned": r.trials_planned,
+                "trials_ok": r.trials_ok,
+                "mean_reward": r.mean_reward,
+                "mean_turns": r.mean_turns,
+                "weights_version": r.weights_version,
+                "actor_pid": r.actor_pid,
+            }
+            for r in step_results(stores, config)
+        ],
+        "weights": {w: [round(x, PRIOR_DECIMALS) for x in p] for w, p in sorted(policy.priors.items())},
+        "counts": stores.attempts.counts(config.name),
+    }
+
+
+def format_table(result: dict[str, Any]) -> str:
+    lines = [
+        f"experiment {result['experiment']} (rubric {result['rubric']})",
+        f"{'step':>4}  {'trials':>9}  {'mean_reward':>11}  {'mean_turns':>10}  {'version':>7}  {'actor_pid':>9}",
+    ]
+    for s in result["steps"]:
+        reward = "-" if s["mean_reward"] is None else f"{s['mean_reward']:.3f}"
+        turns = "-" if s["mean_turns"] is None else f"{s['mean_turns']:.2f}"
+        lines.append(
+            f"{s['step']:>4}  {s['trials_ok']:>4}/{s['trials_planned']:<4}  {reward:>11}  {turns:>10}  "
+            f"{s['weights_version']:>7}  {s['actor_pid']:>9}"
+        )
+    lines.append("counts: " + ", ".join(f"{k}={v}" for k, v in result["counts"].items()))
+    return "\n".join(lines)
