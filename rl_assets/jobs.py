@@ -31,9 +31,9 @@ trial_job = dg.define_asset_job(
     "trial_job",
     selection=[trajectories, rewards],
     partitions_def=TRIAL,
-    executor_def=dg.multiprocess_executor,
+    executor_def=dg.in_process_executor,
     tags={KIND_TAG: "trial"},
-    description="One trial: its rollout, then its judging, each in its own process.",
+    description="One trial, in its own process: its rollout (in a sandbox process), then its judging.",
 )
 
 train_job = dg.define_asset_job(

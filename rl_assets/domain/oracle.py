@@ -38,14 +38,19 @@ class _MemoryTools:
         self.files[path] = text
 
 
-def oracle_run(config: ExperimentConfig) -> tuple[list[OracleStep], Policy]:
-    """Train ``config`` in memory; returns the per-step table and the final policy."""
+def oracle_run(config: ExperimentConfig, failed: frozenset[str] = frozenset()) -> tuple[list[OracleStep], Policy]:
+    """Train ``config`` in memory; returns the per-step table and the final policy.
+
+    ``failed`` lists trial ids that failed for good and are absent from their batch.
+    """
     rubric = get_rubric(config.rubric)
     policy = Policy.initial(config.world_ids)
     steps = []
     for s in range(config.steps):
         rewards = []
         for spec in config.trials(s):
+            if spec.trial_id in failed:
+                continue
             rollout = run_agent(
                 spec, policy.priors[spec.world_id], _MemoryTools(world_documents(spec.world_id))
             )

@@ -1,0 +1,60 @@
+"""Shared fixtures: one real home (embedded Postgres, Ray head) for the session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rl_assets.home import Home
+from rl_assets.resources.stores import Stores
+from rl_assets.services.local_deployment import LocalDeployment
+from rl_assets.stores.database import Database
+
+
+def run_cli(home: Path, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run ``rl-assets`` as a user would: a separate process, with ``--home``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rl_assets.cli", *args, "--home", str(home)],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"rl-assets {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def train_json(home: Path, *args: str) -> dict:
+    return json.loads(run_cli(home, "train", *args, "--json").stdout)
+
+
+@pytest.fixture(scope="session")
+def home() -> Iterator[Path]:
+    # Not under pytest's 0700 tmp root: the embedded Postgres runs as its own user when we are root.
+    root = Path(tempfile.mkdtemp(prefix="rl-assets-test-", dir="/tmp"))
+    root.chmod(0o755)
+    deployment = LocalDeployment(Home(root / "home"))
+    deployment.up()
+    yield root / "home"
+    deployment.down()
+
+
+@pytest.fixture(scope="session")
+def stores(home: Path) -> Iterator[Stores]:
+    s = Stores(home, Database.from_env())
+    yield s
+    s.db.close()
+
+
+@pytest.fixture
+def instance(home: Path):
+    from dagster import DagsterInstance
+
+    assert os.environ["DAGSTER_HOME"] == str(home / "dagster")
+    with DagsterInstance.get() as inst:
+        yield inst
