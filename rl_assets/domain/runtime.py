@@ -22,6 +22,10 @@ class FaultConfig(BaseModel):
     hang_trial_rate: float = Field(0.0, ge=0, le=1, description="A trial's first attempt hangs until its timeout kills it.")
     crash_driver_at_step: int | None = Field(None, ge=0, description="The first driver attempt SIGKILLs itself after this step is trained.")
 
+    def trial_flakes(self, trial_id: str) -> bool:
+        """The first fault draw of the trial's own stream, as the agent makes it."""
+        return rng("trial", trial_id).random() < self.flaky_trial_rate
+
     def judge_flakes(self, trial_id: str) -> bool:
         return rng("flake", trial_id).random() < self.judge_flake_rate
 
