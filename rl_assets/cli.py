@@ -41,19 +41,30 @@ def _pydantic_message(err: ValidationError) -> str:
 def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runtime]:
     try:
         config = ExperimentConfig(
-            name=args.experiment, steps=args.steps, worlds=args.worlds, prompts=args.prompts,
-            samples=args.samples, lr=args.lr, max_turns=args.max_turns, rubric=args.rubric,
-            generate_retries=args.generate_retries, judge_retries=args.judge_retries,
+            name=args.experiment,
+            steps=args.steps,
+            worlds=args.worlds,
+            prompts=args.prompts,
+            samples=args.samples,
+            lr=args.lr,
+            max_turns=args.max_turns,
+            rubric=args.rubric,
+            generate_retries=args.generate_retries,
+            judge_retries=args.judge_retries,
             failed_trial_policy=args.failed_trial_policy,
         )
         runtime = Runtime(
             faults=FaultConfig(
-                flaky_trial_rate=args.flaky_trial_rate, judge_flake_rate=args.judge_flake_rate,
-                hang_trial_rate=args.hang_trial_rate, crash_driver_at_step=args.crash_driver_at_step,
+                flaky_trial_rate=args.flaky_trial_rate,
+                judge_flake_rate=args.judge_flake_rate,
+                hang_trial_rate=args.hang_trial_rate,
+                crash_driver_at_step=args.crash_driver_at_step,
             ),
             execution=ExecutionSettings(
-                tool_latency_s=args.tool_latency, judge_latency_s=args.judge_latency,
-                trial_timeout_s=args.trial_timeout, judge_timeout_s=args.judge_timeout,
+                tool_latency_s=args.tool_latency,
+                judge_latency_s=args.judge_latency,
+                trial_timeout_s=args.trial_timeout,
+                judge_timeout_s=args.judge_timeout,
                 max_concurrent_trials=args.max_concurrent_trials,
             ),
         )
@@ -127,7 +138,9 @@ def _supervise(home: Home, stores, config: ExperimentConfig) -> None:
             with open(home.logs / "driver.log", "ab") as log:
                 driver = subprocess.Popen(
                     [sys.executable, "-m", "rl_assets.driver.loop", config.name],
-                    stdout=log, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL,
                 )
             while driver.poll() is None:
                 progress.show(_describe(plan(instance, stores, config)))
@@ -209,7 +222,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -225,19 +237,35 @@ def build_parser() -> argparse.ArgumentParser:
         train.add_argument(f"--{name.replace('_', '-')}", type=int, default=d[name].default, help=d[name].description)
     train.add_argument("--lr", type=float, default=d["lr"].default, help=d["lr"].description)
     train.add_argument("--rubric", default=d["rubric"].default, help=d["rubric"].description)
-    train.add_argument("--failed-trial-policy", choices=["skip", "mask-group"], default="skip",
-                       help=d["failed_trial_policy"].description)
+    train.add_argument(
+        "--failed-trial-policy",
+        choices=["skip", "mask-group"],
+        default="skip",
+        help=d["failed_trial_policy"].description,
+    )
     f = FaultConfig.model_fields
     for name in ("flaky_trial_rate", "judge_flake_rate", "hang_trial_rate"):
         train.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, help=f[name].description)
     train.add_argument("--crash-driver-at-step", type=int, default=None, help=f["crash_driver_at_step"].description)
     x = ExecutionSettings.model_fields
-    train.add_argument("--tool-latency", type=float, default=x["tool_latency_s"].default, help=x["tool_latency_s"].description)
-    train.add_argument("--judge-latency", type=float, default=x["judge_latency_s"].default, help=x["judge_latency_s"].description)
-    train.add_argument("--trial-timeout", type=float, default=x["trial_timeout_s"].default, help=x["trial_timeout_s"].description)
-    train.add_argument("--judge-timeout", type=float, default=x["judge_timeout_s"].default, help=x["judge_timeout_s"].description)
-    train.add_argument("--max-concurrent-trials", type=int, default=x["max_concurrent_trials"].default,
-                       help=x["max_concurrent_trials"].description)
+    train.add_argument(
+        "--tool-latency", type=float, default=x["tool_latency_s"].default, help=x["tool_latency_s"].description
+    )
+    train.add_argument(
+        "--judge-latency", type=float, default=x["judge_latency_s"].default, help=x["judge_latency_s"].description
+    )
+    train.add_argument(
+        "--trial-timeout", type=float, default=x["trial_timeout_s"].default, help=x["trial_timeout_s"].description
+    )
+    train.add_argument(
+        "--judge-timeout", type=float, default=x["judge_timeout_s"].default, help=x["judge_timeout_s"].description
+    )
+    train.add_argument(
+        "--max-concurrent-trials",
+        type=int,
+        default=x["max_concurrent_trials"].default,
+        help=x["max_concurrent_trials"].description,
+    )
     train.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     train.set_defaults(func=cmd_train)
 

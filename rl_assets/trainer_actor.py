@@ -26,7 +26,9 @@ class TrainerActor:
     def pid(self) -> int:
         return os.getpid()
 
-    def apply(self, chain: str, identity: str, parent_json: str, batch_json: list[str], lr: float) -> tuple[str, int, bool]:
+    def apply(
+        self, chain: str, identity: str, parent_json: str, batch_json: list[str], lr: float
+    ) -> tuple[str, int, bool]:
         """Apply step ``identity`` to ``chain``; returns ``(policy json, pid, applied now)``."""
         if identity in self.applied:
             return self.applied[identity].model_dump_json(), os.getpid(), False

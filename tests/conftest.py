@@ -22,7 +22,10 @@ def run_cli(home: Path, *args: str, check: bool = True, timeout: float = 900) ->
     """Run ``rl-assets`` as a user would: a separate process, with ``--home``."""
     proc = subprocess.run(
         [sys.executable, "-m", "rl_assets.cli", *args, "--home", str(home)],
-        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"rl-assets {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")

@@ -47,7 +47,12 @@ def test_fault_draws_match_the_specification():
     assert flaky == ["s0-p2-n1", "s1-p0-n0", "s1-p2-n0", "s1-p2-n1", "s2-p1-n1", "s2-p2-n0"]
     faults = FaultConfig(judge_flake_rate=0.3)
     assert [t for t in trials if faults.judge_flakes(t)] == [
-        "s0-p0-n0", "s0-p1-n0", "s1-p0-n0", "s2-p0-n1", "s2-p1-n1", "s2-p2-n0",
+        "s0-p0-n0",
+        "s0-p1-n0",
+        "s1-p0-n0",
+        "s2-p0-n1",
+        "s2-p1-n1",
+        "s2-p2-n0",
     ]
 
 

@@ -64,8 +64,11 @@ def test_sandbox_has_no_network_and_no_parent_environment():
         " 'secret': os.environ.get('RL_ASSETS_TEST_SECRET')}))"
     )
     out = subprocess.run(
-        [*isolation().prefix, sys.executable, "-c", probe], capture_output=True, text=True,
-        env={"PATH": os.environ["PATH"]}, check=True,
+        [*isolation().prefix, sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+        check=True,
     ).stdout
     import json
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import train_json
+
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.oracle import oracle_run
 from rl_assets.domain.runtime import FaultConfig

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 
 import dagster as dg
-
 from conftest import run_cli, train_json
+
 from rl_assets.jobs import EXPERIMENT_TAG
 
 
 def test_reference_run_reproduces_the_clean_table(home, stores, instance):
     result = train_json(home, "--experiment", "ref")
     assert result["experiment"] == "ref" and result["rubric"] == "v1"
-    table = [(s["step"], s["trials_planned"], s["trials_ok"], s["mean_reward"], s["mean_turns"], s["weights_version"])
-             for s in result["steps"]]
+    table = [
+        (s["step"], s["trials_planned"], s["trials_ok"], s["mean_reward"], s["mean_turns"], s["weights_version"])
+        for s in result["steps"]
+    ]
     assert table == [(0, 6, 6, 1.601, 4.67, 1), (1, 6, 6, 2.323, 2.17, 2), (2, 6, 6, 2.352, 1.67, 3)]
     assert result["weights"] == {
         "w0": [1.0, 23.936, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
@@ -22,16 +24,22 @@ def test_reference_run_reproduces_the_clean_table(home, stores, instance):
         "w2": [1.0, 28.984, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
     }
     assert result["counts"] == {
-        "generate_attempts": 18, "generate_failures": 0, "judge_calls": 18, "judge_attempts": 18,
-        "train_applications": 3, "driver_attempts": 1,
+        "generate_attempts": 18,
+        "generate_failures": 0,
+        "judge_calls": 18,
+        "judge_attempts": 18,
+        "train_applications": 3,
+        "driver_attempts": 1,
     }
     pids = {s["actor_pid"] for s in result["steps"]}
     assert len(pids) == 1, "every step is applied by the same warm trainer actor"
 
     # Durable records agree with the printed counts: the judge ledger has one call per trial, all done.
     with stores.db.transaction() as cur:
-        cur.execute("SELECT count(*), count(DISTINCT verdict_key) FROM rl_judge_calls WHERE experiment = 'ref' "
-                    "AND status = 'done'")
+        cur.execute(
+            "SELECT count(*), count(DISTINCT verdict_key) FROM rl_judge_calls WHERE experiment = 'ref' "
+            "AND status = 'done'"
+        )
         assert cur.fetchone() == (18, 18)
         cur.execute("SELECT step, version FROM rl_train_ledger WHERE experiment = 'ref' ORDER BY step")
         assert cur.fetchall() == [(0, 1), (1, 2), (2, 3)]

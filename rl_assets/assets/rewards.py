@@ -5,7 +5,6 @@ answered (an upload, a crash) is retried without calling the judge again,
 because the verdict was recorded first.
 """
 
-
 import dagster as dg
 
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
@@ -27,9 +26,7 @@ class InjectedJudgeFault(RuntimeError):
     pool="judge",
     description="One trial's reward: verifier correctness plus the judge's score under the experiment's rubric.",
 )
-def rewards(
-    context: dg.AssetExecutionContext, stores: StoresResource, judge: JudgeResource
-) -> dg.MaterializeResult:
+def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: JudgeResource) -> dg.MaterializeResult:
     experiment, step, slot = parse_trial_partition(context.partition_key)
     state = stores.stores
     config = state.experiments.get(experiment)
@@ -44,8 +41,12 @@ def rewards(
     cache_hit: bool | None = None
     try:
         verdict, cache_hit = judge.judge(
-            state.verdicts, trajectory, rubric, experiment,
-            latency_s=runtime.execution.judge_latency_s, timeout_s=runtime.execution.judge_timeout_s,
+            state.verdicts,
+            trajectory,
+            rubric,
+            experiment,
+            latency_s=runtime.execution.judge_latency_s,
+            timeout_s=runtime.execution.judge_timeout_s,
         )
         if attempt == 0 and runtime.faults.judge_flakes(trial_id):
             raise InjectedJudgeFault(f"injected failure after the judge answered for {trial_id}")
@@ -55,7 +56,9 @@ def rewards(
             context.log.warning(f"judging {trial_id} attempt {attempt} failed: {err}; retrying")
             raise dg.RetryRequested(max_retries=config.judge_retries) from err
         state.attempts.record_trial_failure(experiment, trial_id, "judge", str(err))
-        raise dg.Failure(f"judging {trial_id} failed on all {attempt + 1} attempts: {err}", allow_retries=False) from err
+        raise dg.Failure(
+            f"judging {trial_id} failed on all {attempt + 1} attempts: {err}", allow_retries=False
+        ) from err
     state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "ok")
     reward = reward_of(trajectory, verdict)
     state.trials.save_reward(experiment, rubric.name, step, slot, reward)

@@ -6,13 +6,12 @@ cache is reused, not regenerated: that is what makes a rerun after a crash,
 and later a fork of the experiment, cost nothing for unchanged trials.
 """
 
-
 import dagster as dg
 
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.policy import parent_policy
-from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import Policy, Trajectory, TrialSpec
 from rl_assets.domain.runtime import Runtime
 from rl_assets.resources.stores import Stores, StoresResource
@@ -42,7 +41,12 @@ def trajectories(
     policy = parent_policy(state, config, step)
     world_hash = world_store.verified_hash(spec.world_id)
     identity = content_hash(
-        {"spec": spec.model_dump(mode="json"), "world": world_hash, "policy": policy.content_hash, "agent": AGENT_VERSION}
+        {
+            "spec": spec.model_dump(mode="json"),
+            "world": world_hash,
+            "policy": policy.content_hash,
+            "agent": AGENT_VERSION,
+        }
     )
     attempt = context.retry_number
     trajectory = state.trials.cached_rollout(identity)

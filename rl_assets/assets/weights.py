@@ -5,7 +5,6 @@ reward store for the trials the experiment planned. A trial that failed for
 good is absent (``skip``), or takes its prompt group with it (``mask-group``).
 """
 
-
 import dagster as dg
 
 from rl_assets.assets.partitions import STEP

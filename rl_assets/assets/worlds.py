@@ -1,6 +1,5 @@
 """``worlds``: each world built once, sealed read-only, content hash recorded."""
 
-
 import dagster as dg
 
 from rl_assets.assets.partitions import WORLD

@@ -51,9 +51,7 @@ def oracle_run(config: ExperimentConfig, failed: frozenset[str] = frozenset()) -
         for spec in config.trials(s):
             if spec.trial_id in failed:
                 continue
-            rollout = run_agent(
-                spec, policy.priors[spec.world_id], _MemoryTools(world_documents(spec.world_id))
-            )
+            rollout = run_agent(spec, policy.priors[spec.world_id], _MemoryTools(world_documents(spec.world_id)))
             trajectory = Trajectory(
                 trial_id=spec.trial_id,
                 world_id=spec.world_id,

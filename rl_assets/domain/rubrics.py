@@ -8,9 +8,7 @@ BUILTIN_RUBRICS: dict[str, Rubric] = {
     r.name: r
     for r in (
         Rubric(name="v1", correctness_weight=1.0, efficiency_weight=0.3, tidiness_weight=0.1),
-        Rubric(
-            name="v2-efficiency", correctness_weight=1.0, efficiency_weight=1.0, tidiness_weight=0.5
-        ),
+        Rubric(name="v2-efficiency", correctness_weight=1.0, efficiency_weight=1.0, tidiness_weight=0.5),
     )
 }
 

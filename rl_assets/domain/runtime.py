@@ -17,10 +17,18 @@ class FaultConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    flaky_trial_rate: float = Field(0.0, ge=0, le=1, description="A trial's first attempt fails when its fault draw is below this.")
-    judge_flake_rate: float = Field(0.0, ge=0, le=1, description="Judging's first attempt fails after the verdict is recorded.")
-    hang_trial_rate: float = Field(0.0, ge=0, le=1, description="A trial's first attempt hangs until its timeout kills it.")
-    crash_driver_at_step: int | None = Field(None, ge=0, description="The first driver attempt SIGKILLs itself after this step is trained.")
+    flaky_trial_rate: float = Field(
+        0.0, ge=0, le=1, description="A trial's first attempt fails when its fault draw is below this."
+    )
+    judge_flake_rate: float = Field(
+        0.0, ge=0, le=1, description="Judging's first attempt fails after the verdict is recorded."
+    )
+    hang_trial_rate: float = Field(
+        0.0, ge=0, le=1, description="A trial's first attempt hangs until its timeout kills it."
+    )
+    crash_driver_at_step: int | None = Field(
+        None, ge=0, description="The first driver attempt SIGKILLs itself after this step is trained."
+    )
 
     def trial_flakes(self, trial_id: str) -> bool:
         """The first fault draw of the trial's own stream, as the agent makes it."""

@@ -4,7 +4,6 @@ The job only records the experiment (refusing a changed config, like the CLI);
 the driver sensor then builds its worlds and runs its steps.
 """
 
-
 from typing import Literal
 
 import dagster as dg
@@ -41,7 +40,9 @@ class StartExperimentConfig(dg.Config):
 @dg.op(description="Record an experiment; the driver sensor then trains it.")
 def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConfig, stores: StoresResource) -> None:
     fields = config.model_dump()
-    execution = ExecutionSettings(tool_latency_s=fields.pop("tool_latency_s"), judge_latency_s=fields.pop("judge_latency_s"))
+    execution = ExecutionSettings(
+        tool_latency_s=fields.pop("tool_latency_s"), judge_latency_s=fields.pop("judge_latency_s")
+    )
     experiment = ExperimentConfig(**fields)
     created = stores.stores.experiments.create_or_resume(experiment, Runtime(faults=FaultConfig(), execution=execution))
     context.log.info(f"experiment {experiment.name} {'created' if created else 'already exists; resuming'}")

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 import zlib
+from multiprocessing.process import BaseProcess
 
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.driver.planner import Plan, plan
-from rl_assets.driver.runs import create_run, reap_dead_runs, start_worker
+from rl_assets.driver.runs import WorkerLauncher, create_run, reap_dead_runs
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
 from rl_assets.stores.database import Database
@@ -60,7 +60,8 @@ def drive(experiment: str, home: Home) -> int:
     attempt = stores.attempts.record_driver_attempt(experiment, os.getpid())
     config = stores.experiments.get(experiment)
     runtime = stores.experiments.runtime(experiment)
-    workers: dict[str, subprocess.Popen] = {}
+    launcher = WorkerLauncher()
+    workers: dict[str, BaseProcess] = {}
     with DagsterInstance.get() as instance:
         _ensure_partitions(instance, WORLD.name, config.world_ids)
         _ensure_partitions(instance, TRIAL_SLOT.name, config.trial_slots())
@@ -74,16 +75,19 @@ def drive(experiment: str, home: Home) -> int:
                 return 0
             _give_up_on_crashing_units(stores, p)
             _ensure_partitions(instance, STEP.name, [s.key for s in p.steps])
-            workers = {rid: w for rid, w in workers.items() if w.poll() is None}
+            workers = {rid: w for rid, w in workers.items() if w.is_alive()}
             for launch in p.launches:
                 if launch.job != "trial_job" and launch.generation >= MAX_RUNS_PER_UNIT:
-                    print(f"{launch.job} {launch.partition_key} failed {launch.generation} times; giving up; "
-                          f"see the run logs in {home.logs}", file=sys.stderr)
+                    print(
+                        f"{launch.job} {launch.partition_key} failed {launch.generation} times; giving up; "
+                        f"see the run logs in {home.logs}",
+                        file=sys.stderr,
+                    )
                     return EXIT_GAVE_UP
                 if launch.job == "trial_job" and len(workers) >= runtime.execution.max_concurrent_trials:
                     continue
                 run = create_run(instance, launch)
-                workers[run.run_id] = start_worker(instance, run, str(home.logs))
+                workers[run.run_id] = launcher.start(instance, run, str(home.logs))
             time.sleep(POLL_S)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from dagster import DagsterInstance
@@ -17,6 +18,18 @@ def main(run_id: str) -> int:
             return 2
         result = execute_run(recon_job_from_origin(run.job_code_origin), run, instance)
         return 0 if result.success else 1
+
+
+def run_in_child(run_id: str, log_path: str) -> None:
+    """Entry point of a forked worker: own session, output to the run's log file."""
+    os.setsid()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    sys.exit(main(run_id))
 
 
 if __name__ == "__main__":

@@ -2,23 +2,24 @@
 
 The driver creates each run in Dagster's run storage *before* starting its
 worker, so the run exists (and the planner sees it in flight) from the first
-moment; then ``python -m rl_assets.driver.run_worker RUN_ID`` executes it with
-the job's own executor. The worker's pid is tagged on the run, which lets a
-later driver tell a live run from one whose worker was killed, and finish it.
+moment; then a worker process executes it with the job's own executor. The
+worker's pid is tagged on the run, which lets a later driver tell a live run
+from one whose worker was killed, and finish it.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-import subprocess
-import sys
 import time
+from multiprocessing.process import BaseProcess
 
 import dagster as dg
 from dagster import DagsterInstance, DagsterRun, RunsFilter
 
 from rl_assets.definitions import RECONSTRUCTABLE_JOBS
 from rl_assets.driver.planner import ACTIVE_STATUSES, Launch
+from rl_assets.driver.run_worker import run_in_child
 from rl_assets.jobs import EXPERIMENT_TAG, WORKER_PID_TAG
 from rl_assets.services.processes import pid_alive
 
@@ -37,18 +38,25 @@ def create_run(instance: DagsterInstance, launch: Launch) -> DagsterRun:
     )
 
 
-def start_worker(instance: DagsterInstance, run: DagsterRun, log_dir: str) -> subprocess.Popen:
-    log = open(os.path.join(log_dir, f"run-{run.run_id}.log"), "ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rl_assets.driver.run_worker", run.run_id],
-        stdout=log,
-        stderr=log,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,  # a run outlives the driver that started it
-    )
-    log.close()
-    instance.add_run_tags(run.run_id, {WORKER_PID_TAG: str(proc.pid)})
-    return proc
+class WorkerLauncher:
+    """Starts run workers forked from a warm server that imported the code location once.
+
+    A fresh interpreter per run would spend seconds importing Dagster and the
+    definitions before doing any work; a forkserver pays that once per driver.
+    Each worker is still its own process, in its own session, so it outlives
+    the driver that started it.
+    """
+
+    def __init__(self) -> None:
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["rl_assets.driver.run_worker", "rl_assets.definitions"])
+
+    def start(self, instance: DagsterInstance, run: DagsterRun, log_dir: str) -> BaseProcess:
+        log_path = os.path.join(log_dir, f"run-{run.run_id}.log")
+        proc = self._ctx.Process(target=run_in_child, args=(run.run_id, log_path), name=f"run-{run.run_id}")
+        proc.start()
+        instance.add_run_tags(run.run_id, {WORKER_PID_TAG: str(proc.pid)})
+        return proc
 
 
 def reap_dead_runs(instance: DagsterInstance, experiment: str) -> list[str]:

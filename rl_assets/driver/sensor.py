@@ -6,7 +6,6 @@ so a second tick, or a second daemon, never launches the same unit twice.
 Needed dynamic partitions are added in the same tick, before the runs.
 """
 
-
 import zlib
 
 import dagster as dg
@@ -49,13 +48,16 @@ def driver_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -
         add[TRIAL_SLOT.name].update(config.trial_slots())
         add[STEP.name].update(s.key for s in p.steps)
         run_requests += [
-            dg.RunRequest(run_key=launch.run_key, job_name=launch.job, partition_key=launch.partition_key, tags=launch.tags)
+            dg.RunRequest(
+                run_key=launch.run_key, job_name=launch.job, partition_key=launch.partition_key, tags=launch.tags
+            )
             for launch in p.launches
         ]
     requests = [
-        dg.AddDynamicPartitionsRequest(partitions_def_name=name, partition_keys=sorted(
-            k for k in keys if not context.instance.has_dynamic_partition(name, k)
-        ))
+        dg.AddDynamicPartitionsRequest(
+            partitions_def_name=name,
+            partition_keys=sorted(k for k in keys if not context.instance.has_dynamic_partition(name, k)),
+        )
         for name, keys in add.items()
     ]
     requests = [r for r in requests if r.partition_keys]

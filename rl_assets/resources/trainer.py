@@ -46,9 +46,7 @@ class TrainerResource(dg.ConfigurableResource):
                 logging_level="WARNING",
             )
             self._connected = True
-        return TrainerActor.options(
-            name=f"trainer-{experiment}", lifetime="detached", get_if_exists=True
-        ).remote()
+        return TrainerActor.options(name=f"trainer-{experiment}", lifetime="detached", get_if_exists=True).remote()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._connected:
@@ -74,24 +72,30 @@ class TrainerResource(dg.ConfigurableResource):
             if policy is None:
                 raise RuntimeError(f"ledger records {experiment}/{rubric}/s{step} but its checkpoint is missing")
             return policy, recorded, False
-        identity = content_hash(
-            {"parent": parent.content_hash, "batch": [r.content_hash for r in batch], "lr": lr}
-        )
+        identity = content_hash({"parent": parent.content_hash, "batch": [r.content_hash for r in batch], "lr": lr})
         import ray
 
         policy_json, pid, applied_now = ray.get(
             self._actor(experiment).apply.remote(
-                f"{experiment}/{rubric}", identity, parent.model_dump_json(),
-                [r.model_dump_json() for r in batch], lr,
+                f"{experiment}/{rubric}",
+                identity,
+                parent.model_dump_json(),
+                [r.model_dump_json() for r in batch],
+                lr,
             )
         )
         policy = Policy.model_validate_json(policy_json)
         checkpoints.save(experiment, rubric, step, policy)
         row = ledger.record(
             AppliedStep(
-                experiment=experiment, rubric=rubric, step=step, identity=identity,
-                parent_hash=parent.content_hash, policy_hash=policy.content_hash,
-                version=policy.version, actor_pid=pid,
+                experiment=experiment,
+                rubric=rubric,
+                step=step,
+                identity=identity,
+                parent_hash=parent.content_hash,
+                policy_hash=policy.content_hash,
+                version=policy.version,
+                actor_pid=pid,
             )
         )
         return policy, row, applied_now

@@ -79,7 +79,10 @@ def isolation() -> Isolation:
 def run_sandbox(request: SandboxRequest, timeout_s: float) -> Rollout:
     """Run one rollout attempt; raises SandboxFault, SandboxTimeout or RuntimeError."""
     cmd = [*isolation().prefix, sys.executable, "-m", "rl_assets.sandbox.runner"]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path)}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path),
+    }
     proc = subprocess.Popen(
         cmd,
         stdin=subprocess.PIPE,
@@ -100,5 +103,5 @@ def run_sandbox(request: SandboxRequest, timeout_s: float) -> Rollout:
         raise SandboxFault(err.strip())
     for line in out.splitlines():
         if line.startswith(RESULT_MARKER):
-            return Rollout.model_validate_json(line[len(RESULT_MARKER):])
+            return Rollout.model_validate_json(line[len(RESULT_MARKER) :])
     raise RuntimeError(f"sandbox exited {proc.returncode} without a rollout: {err.strip()[-2000:]}")

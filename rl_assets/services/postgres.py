@@ -115,8 +115,10 @@ class EmbeddedPostgres:
         )
 
     def is_running(self) -> bool:
-        return self.port_file.exists() and (self.data / "postmaster.pid").exists() and port_is_open(
-            int(self.port_file.read_text())
+        return (
+            self.port_file.exists()
+            and (self.data / "postmaster.pid").exists()
+            and port_is_open(int(self.port_file.read_text()))
         )
 
     def ensure_running(self) -> PostgresInfo:
@@ -142,9 +144,21 @@ class EmbeddedPostgres:
         _chown(pwfile, user)
         try:
             subprocess.run(
-                [_bin("initdb"), "-D", str(self.data), "-U", SUPERUSER, "--auth=scram-sha-256",
-                 f"--pwfile={pwfile}", "--encoding=UTF8", "--no-instructions"],
-                check=True, user=user, capture_output=True, text=True,
+                [
+                    _bin("initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    SUPERUSER,
+                    "--auth=scram-sha-256",
+                    f"--pwfile={pwfile}",
+                    "--encoding=UTF8",
+                    "--no-instructions",
+                ],
+                check=True,
+                user=user,
+                capture_output=True,
+                text=True,
             )
         finally:
             pwfile.unlink(missing_ok=True)
@@ -158,9 +172,11 @@ class EmbeddedPostgres:
         _chown(self.log_file, user)
         options = f"-h 127.0.0.1 -p {port} -k {self.socket_dir} -c max_connections=300"
         proc = subprocess.run(
-            [_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log_file), "-w", "-t", "60",
-             "-o", options, "start"],
-            user=user, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            [_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log_file), "-w", "-t", "60", "-o", options, "start"],
+            user=user,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
         )
         if proc.returncode != 0:
             tail = self.log_file.read_text()[-2000:]
@@ -170,8 +186,9 @@ class EmbeddedPostgres:
         deadline = time.monotonic() + 30
         while True:
             try:
-                conn = psycopg2.connect(host=info.host, port=info.port, user=info.user,
-                                        password=info.password, dbname="postgres")
+                conn = psycopg2.connect(
+                    host=info.host, port=info.port, user=info.user, password=info.password, dbname="postgres"
+                )
                 break
             except psycopg2.OperationalError:
                 if time.monotonic() > deadline:
@@ -190,6 +207,9 @@ class EmbeddedPostgres:
             return False
         subprocess.run(
             [_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
-            user=_run_as(), capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            user=_run_as(),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
         )
         return True

@@ -51,7 +51,9 @@ class LocalRayHead:
         port = free_loopback_port()
         ray_bin = str(Path(sys.executable).with_name("ray"))
         cmd = [
-            ray_bin, "start", "--head",
+            ray_bin,
+            "start",
+            "--head",
             "--node-ip-address=127.0.0.1",
             f"--port={port}",
             "--num-cpus=2",

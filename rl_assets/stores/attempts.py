@@ -52,16 +52,12 @@ class AttemptLog:
     def failed_trials(self, experiment: str) -> dict[str, str]:
         """trial id -> ``"phase: error"`` of every trial that failed for good."""
         with self.db.transaction() as cur:
-            cur.execute(
-                "SELECT trial_id, phase, error FROM rl_trial_failures WHERE experiment = %s", (experiment,)
-            )
+            cur.execute("SELECT trial_id, phase, error FROM rl_trial_failures WHERE experiment = %s", (experiment,))
             return {t: f"{phase}: {error}" for t, phase, error in cur.fetchall()}
 
     def record_driver_attempt(self, experiment: str, pid: int) -> int:
         with self.db.transaction() as cur:
-            cur.execute(
-                "INSERT INTO rl_driver_attempts (experiment, pid) VALUES (%s, %s)", (experiment, pid)
-            )
+            cur.execute("INSERT INTO rl_driver_attempts (experiment, pid) VALUES (%s, %s)", (experiment, pid))
             cur.execute("SELECT count(*) FROM rl_driver_attempts WHERE experiment = %s", (experiment,))
             return cur.fetchone()[0]
 
@@ -69,7 +65,9 @@ class AttemptLog:
         """Every count of ``train --json``, read from the durable records."""
         queries = {
             "generate_attempts": "SELECT count(*) FROM rl_generation_attempts WHERE experiment = %s",
-            "generate_failures": "SELECT count(*) FROM rl_generation_attempts WHERE experiment = %s AND outcome = 'failed'",
+            "generate_failures": (
+                "SELECT count(*) FROM rl_generation_attempts WHERE experiment = %s AND outcome = 'failed'"
+            ),
             "judge_calls": "SELECT count(*) FROM rl_judge_calls WHERE experiment = %s",
             "judge_attempts": "SELECT count(*) FROM rl_judge_attempts WHERE experiment = %s",
             "train_applications": "SELECT count(*) FROM rl_train_ledger WHERE experiment = %s",

@@ -73,9 +73,7 @@ class ExperimentStore:
 
 def _describe_conflict(existing: ExperimentConfig, wanted: ExperimentConfig) -> str:
     old, new = existing.model_dump(), wanted.model_dump()
-    changes = ", ".join(
-        f"{k}: {json.dumps(old[k])} -> {json.dumps(new[k])}" for k in old if old[k] != new[k]
-    )
+    changes = ", ".join(f"{k}: {json.dumps(old[k])} -> {json.dumps(new[k])}" for k in old if old[k] != new[k])
     return (
         f"experiment {existing.name!r} already exists with a different configuration ({changes}); "
         "use a new --experiment name"

@@ -49,8 +49,16 @@ class TrainingLedger:
                 "INSERT INTO rl_train_ledger (experiment, rubric, step, identity, parent_hash, policy_hash, "
                 "version, actor_pid) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (experiment, rubric, step) DO NOTHING",
-                (applied.experiment, applied.rubric, applied.step, applied.identity, applied.parent_hash,
-                 applied.policy_hash, applied.version, applied.actor_pid),
+                (
+                    applied.experiment,
+                    applied.rubric,
+                    applied.step,
+                    applied.identity,
+                    applied.parent_hash,
+                    applied.policy_hash,
+                    applied.version,
+                    applied.actor_pid,
+                ),
             )
         recorded = self.get(applied.experiment, applied.rubric, applied.step)
         assert recorded is not None

@@ -38,9 +38,7 @@ class VerdictLedger:
             row = cur.fetchone()
         return None if row is None else Verdict.model_validate(row[0])
 
-    def judge_once(
-        self, key: str, experiment: str, trial_id: str, call: Callable[[], Verdict]
-    ) -> tuple[Verdict, bool]:
+    def judge_once(self, key: str, experiment: str, trial_id: str, call: Callable[[], Verdict]) -> tuple[Verdict, bool]:
         """The verdict for ``key``, calling ``call`` only if none is recorded.
 
         Returns ``(verdict, cache_hit)``.
