@@ -1,0 +1,43 @@
+"""Bad arguments fail before any work: one line, non-zero exit, nothing created."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--worlds", "0"], "--worlds: Input should be greater than or equal to 1"),
+        (["--samples", "-2"], "--samples: Input should be greater than or equal to 1"),
+        (["--steps", "-1"], "--steps: Input should be greater than or equal to 1"),
+        (["--rubric", "v9"], "--rubric: unknown rubric 'v9' (known: v1, v2-efficiency)"),
+        (["--flaky-trial-rate", "1.5"], "--flaky-trial-rate: Input should be less than or equal to 1"),
+        (["--crash-driver-at-step", "3"], "--crash-driver-at-step: must be below --steps (3)"),
+    ],
+)
+def test_bad_arguments_fail_fast_with_one_line(tmp_path, args, message):
+    home = tmp_path / "home"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rl_assets.cli", "train", "--experiment", "bad", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rl-assets: error: ") and message in lines[0], proc.stderr
+    assert not home.exists(), "no work (not even the home) before the arguments are valid"
+
+
+def test_bad_experiment_name_is_rejected(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "rl_assets.cli", "train", "--experiment", "a|b", "--home", str(tmp_path / "h")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "--experiment: must match" in proc.stderr

@@ -1,0 +1,67 @@
+"""The code location: graph shape, launchpad config and the driver sensor."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from rl_assets.definitions import defs
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.runtime import Runtime
+
+
+def test_definitions_validate_and_the_graph_is_worlds_trajectories_rewards_weights():
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    parents = {
+        k.to_user_string(): sorted(p.to_user_string() for p in graph.get(k).parent_keys)
+        for k in graph.get_all_asset_keys()
+    }
+    assert parents == {"worlds": [], "trajectories": ["worlds"], "rewards": ["trajectories"], "weights": ["rewards"]}
+    mapping = graph.get_partition_mapping(dg.AssetKey("weights"), dg.AssetKey("rewards"))
+    assert isinstance(mapping, dg.MultiToSingleDimensionPartitionMapping)
+
+
+def test_launchpad_config_is_typed_and_documented(home):
+    job = defs.resolve_job_def("start_experiment_job")
+    ok = {"ops": {"start_experiment": {"config": {"name": "ui", "steps": 2}}}}
+    assert dg.validate_run_config(job, ok)
+    try:
+        dg.validate_run_config(job, {"ops": {"start_experiment": {"config": {"name": "ui", "stepz": 2}}}})
+        raise AssertionError("a typo in the launchpad config must be rejected")
+    except dg.DagsterInvalidConfigError as err:
+        assert "stepz" in str(err)
+    from rl_assets.driver.launchpad import start_experiment
+
+    fields = start_experiment.config_schema.config_type.fields
+    assert fields["steps"].description == ExperimentConfig.model_fields["steps"].description
+
+
+def test_launchpad_records_the_experiment(home, stores, instance):
+    job = defs.resolve_job_def("start_experiment_job")
+    result = job.execute_in_process(
+        run_config={"ops": {"start_experiment": {"config": {"name": "from-ui", "steps": 1, "prompts": 1}}}},
+        instance=instance,
+    )
+    assert result.success
+    assert stores.experiments.get("from-ui") == ExperimentConfig(name="from-ui", steps=1, prompts=1)
+
+
+def test_sensor_plans_deterministic_run_requests_for_an_unstarted_experiment(home, stores, instance):
+    config = ExperimentConfig(name="sensed", steps=1, worlds=1, prompts=2, samples=1)
+    stores.experiments.create_or_resume(config, Runtime())
+    sensor = defs.resolve_sensor_def("driver_sensor")
+    resources = {"stores": defs.resources["stores"]}
+    with dg.build_sensor_context(instance=instance, definitions=defs, resources=resources) as context:
+        first = sensor(context)
+    with dg.build_sensor_context(instance=instance, definitions=defs, resources=resources) as context:
+        second = sensor(context)
+    keys = sorted(r.run_key for r in first.run_requests if r.tags.get("rl/experiment") == "sensed")
+    assert keys and keys == sorted(r.run_key for r in second.run_requests if r.tags.get("rl/experiment") == "sensed")
+    jobs = {r.job_name for r in first.run_requests if r.tags.get("rl/experiment") == "sensed"}
+    built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
+    assert jobs == ({"trial_job"} if "w0" in built else {"world_job"})
+    added = {(r.partitions_def_name, k) for r in first.dynamic_partitions_requests for k in r.partition_keys}
+    if "w0" not in built and not instance.has_dynamic_partition("world", "w0"):
+        assert ("world", "w0") in added  # worlds first; the step opens once they are built
+    elif "w0" in built and not instance.has_dynamic_partition("step", "sensed/s0"):
+        assert ("step", "sensed/s0") in added
