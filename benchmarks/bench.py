@@ -17,7 +17,7 @@ is therefore paired with the baseline that isolates what rl-assets itself adds:
    cache, as they are in practice (every fork is preceded by a full hash verification of the world).
 2. **Per-trial orchestration**: a real ``trial_job`` run (rollout in a sandbox plus judging) with tool and judge
    latency 0, so its actual work is eight small file reads, created and executed exactly as the CLI driver does
-   (``create_run`` + ``start_worker`` = ``python -m rl_assets.driver.run_worker RUN_ID``, waited for). The
+   (``create_run`` + a worker forked from the driver's warm forkserver, waited for). The
    baseline is ``python -c pass``: the cheapest possible "trial" is one bare process, so the ratio is the price
    of durability (Dagster run storage, event log, step isolation, the sandbox) in units of a process start.
    The in-run time (RUN_START to RUN_SUCCESS, and each step's STEP_START to STEP_SUCCESS, from the instance's
@@ -217,16 +217,16 @@ def _run_durations(instance: Any, run_id: str) -> dict[str, Any]:
     }
 
 
-def _execute_launch(instance: Any, launch: Any, home: Home) -> tuple[float, str]:
+def _execute_launch(instance: Any, launch: Any, home: Home, launcher: Any) -> tuple[float, str]:
     """Create the run and execute it in a worker process, as the CLI driver does; ``(wall s, run id)``."""
     from dagster import DagsterRunStatus
 
-    from rl_assets.driver.runs import create_run, start_worker
+    from rl_assets.driver.runs import create_run
 
     t0 = time.perf_counter()
     run = create_run(instance, launch)
-    worker = start_worker(instance, run, str(home.logs))
-    worker.wait()
+    worker = launcher.start(instance, run, str(home.logs))
+    worker.join()
     wall = time.perf_counter() - t0
     status = instance.get_run_by_id(run.run_id).status
     if status != DagsterRunStatus.SUCCESS:
@@ -259,6 +259,9 @@ def bench_trials(home: Home, trials: int, experiment: str) -> dict[str, Any]:
         "baseline_python_pass_s": bare_s,
         "python_import_definitions_s": import_s,
     }
+    from rl_assets.driver.runs import WorkerLauncher
+
+    launcher = WorkerLauncher()  # one per driver; its forkserver warms up on the first run
     with DagsterInstance.get() as instance:
         for name, keys in partitions_to_add(config, config.steps).items():
             missing = [k for k in keys if not instance.has_dynamic_partition(name, k)]
@@ -268,7 +271,7 @@ def bench_trials(home: Home, trials: int, experiment: str) -> dict[str, Any]:
         world_launches = [la for la in p.launches if la.job == "world_job"]
         for launch in world_launches:
             log(f"world_job {launch.partition_key}")
-            wall, _ = _execute_launch(instance, launch, home)
+            wall, _ = _execute_launch(instance, launch, home, launcher)
             result["world_run_s"] = wall
         if not world_launches:
             result["world_run_s"] = None  # the world was already built in this home
@@ -279,7 +282,7 @@ def bench_trials(home: Home, trials: int, experiment: str) -> dict[str, Any]:
         walls, runs, step_times = [], [], {}
         for i, launch in enumerate(launches):
             log(f"trial_job {launch.partition_key} ({'warm-up' if i == 0 else f'{i}/{trials}'})")
-            wall, run_id = _execute_launch(instance, launch, home)
+            wall, run_id = _execute_launch(instance, launch, home, launcher)
             durations = _run_durations(instance, run_id)
             if i == 0:
                 result["first_trial_s"] = wall

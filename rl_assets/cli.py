@@ -207,7 +207,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     home = Home.resolve(args.home)
     _open(home)
-    cmd = ["dagster", "dev", "-m", "rl_assets.definitions", "-h", args.host, "-p", str(args.port)]
+    cmd = [sys.executable, "-m", "dagster", "dev", "-m", "rl_assets.definitions", "-h", args.host, "-p", str(args.port)]
     print(f"Dagster UI on http://{args.host}:{args.port} for home {home.root}", file=sys.stderr)
     os.execvp(cmd[0], cmd)
     return 0  # not reached
