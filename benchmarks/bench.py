@@ -159,7 +159,7 @@ def _timed_fork(worlds: LocalWorlds, world_id: str, attempt: str, overlay: bool)
     """``(time until the fork is usable, time including its removal)`` for one fork."""
     prefix = isolation().prefix
     t0 = time.perf_counter()
-    ctx = worlds.fork(world_id, attempt, overlay=overlay)
+    ctx = worlds.fork(world_id, "bench", attempt, overlay=overlay)
     layout = ctx.__enter__()
     try:
         if overlay:

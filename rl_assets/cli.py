@@ -204,6 +204,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from rl_assets.report import evidence, format_report
+    from rl_assets.stores.experiments import UnknownExperimentError
+
+    stores = _open(Home.resolve(args.home), with_ray=False)
+    try:
+        config = stores.experiments.get(args.experiment)
+    except UnknownExperimentError as err:
+        raise UsageError(str(err)) from None
+    report = evidence(stores, config)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     home = Home.resolve(args.home)
     _open(home)
@@ -273,6 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--experiment", required=True)
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
+
+    report = with_home(sub.add_parser("report", help="the evidence table: retries, judge calls, actor pids"))
+    report.add_argument("--experiment", required=True)
+    report.add_argument("--json", action="store_true")
+    report.set_defaults(func=cmd_report)
 
     dev = with_home(sub.add_parser("dev", help="open the Dagster UI (and daemon) on this home"))
     dev.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")

@@ -83,9 +83,16 @@ class LocalWorlds:
         return recorded
 
     @contextmanager
-    def fork(self, world_id: str, attempt_id: str, overlay: bool) -> Iterator[ForkLayout]:
-        """A private fork for one attempt, removed afterwards (also after failure)."""
-        base = self.forks_root / attempt_id
+    def fork(self, world_id: str, owner: str, attempt_id: str, overlay: bool) -> Iterator[ForkLayout]:
+        """A private fork for one attempt of ``owner`` (a trial), removed afterwards, also after failure.
+
+        Attempts of one owner never overlap, so any fork of the owner still on
+        disk was left by an attempt whose process was killed: it is removed first.
+        """
+        owner_dir = self.forks_root / owner
+        if owner_dir.exists():
+            shutil.rmtree(owner_dir, onerror=_force_remove)
+        base = owner_dir / attempt_id
         lower = self.world_dir(world_id)
         kind: ForkKind = "overlay" if overlay else "copy"
         upper, work, merged = base / "upper", base / "work", base / "merged"
@@ -99,7 +106,7 @@ class LocalWorlds:
         try:
             yield ForkLayout(kind=kind, lower=str(lower), upper=str(upper), work=str(work), merged=str(merged))
         finally:
-            shutil.rmtree(base, onerror=_force_remove)
+            shutil.rmtree(owner_dir, onerror=_force_remove)
 
 
 def _force_remove(func, path, _exc) -> None:

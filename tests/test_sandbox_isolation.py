@@ -31,7 +31,7 @@ def test_trial_writes_never_reach_the_world_or_another_fork(worlds, overlay):
     if overlay and not isolation().overlay:
         pytest.fail("this machine cannot mount overlays in a sandbox; the overlay path is untested here")
     before = tree_hash(worlds.world_dir("w0"))
-    with worlds.fork("w0", "a", overlay) as fork_a, worlds.fork("w0", "b", overlay) as fork_b:
+    with worlds.fork("w0", "ta", "a", overlay) as fork_a, worlds.fork("w0", "tb", "b", overlay) as fork_b:
         rollout = run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork_a), timeout_s=30)
         assert "answer.txt" in rollout.files_written
         written = Path(fork_a.upper if overlay else fork_a.merged) / "answer.txt"
@@ -79,10 +79,10 @@ def test_sandbox_has_no_network_and_no_parent_environment():
 
 
 def test_injected_fault_and_hang_are_reported_and_killed(worlds):
-    with worlds.fork("w0", "f", isolation().overlay) as fork:
+    with worlds.fork("w0", "t", "f", isolation().overlay) as fork:
         with pytest.raises(SandboxFault, match="injected sandbox fault"):
             run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork, fail_below=1.0), timeout_s=30)
-    with worlds.fork("w0", "h", isolation().overlay) as fork:
+    with worlds.fork("w0", "t", "h", isolation().overlay) as fork:
         with pytest.raises(SandboxTimeout):
             run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork, hang=True), timeout_s=1.5)
     leftover = subprocess.run(["pgrep", "-f", "rl_assets.sandbox.runner"], capture_output=True, text=True)

@@ -37,7 +37,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
         raise dg.Failure(f"no stored trajectory for {trial_id}; materialize trajectories first", allow_retries=False)
     rubric = get_rubric(config.rubric)
     attempt = context.retry_number
-    key = judge.key(trajectory, rubric)
+    key = judge.key(experiment, trajectory, rubric)
     cache_hit: bool | None = None
     try:
         verdict, cache_hit = judge.judge(

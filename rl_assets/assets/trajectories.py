@@ -49,7 +49,7 @@ def trajectories(
         }
     )
     attempt = context.retry_number
-    trajectory = state.trials.cached_rollout(identity)
+    trajectory = state.trials.cached_rollout(experiment, identity)
     source = "reused"
     fork_kind = "none"
     if trajectory is None:
@@ -57,7 +57,7 @@ def trajectories(
         trajectory, fork_kind = _generate(
             context, state, world_store, config, runtime, spec, policy, world_hash, identity, attempt
         )
-        state.trials.cache_rollout(identity, trajectory)
+        state.trials.cache_rollout(experiment, identity, trajectory)
     state.trials.save_trajectory(experiment, step, slot, trajectory)
     return dg.MaterializeResult(
         metadata={
@@ -100,7 +100,7 @@ def _generate(
         "hang": attempt == 0 and faults.trial_hangs(spec.trial_id),
     }
     try:
-        with world_store.fork(spec.world_id, f"{spec.trial_id}-{config.name}-a{attempt_id}") as fork:
+        with world_store.fork(spec.world_id, f"{config.name}/{spec.trial_id}", f"a{attempt_id}") as fork:
             rollout = run_sandbox(
                 SandboxRequest(
                     spec=spec,

@@ -21,7 +21,7 @@ from rl_assets.definitions import RECONSTRUCTABLE_JOBS
 from rl_assets.driver.planner import ACTIVE_STATUSES, Launch
 from rl_assets.driver.run_worker import run_in_child
 from rl_assets.jobs import EXPERIMENT_TAG, WORKER_PID_TAG
-from rl_assets.services.processes import pid_alive
+from rl_assets.services.processes import identity_alive, process_identity
 
 LAUNCHED_BY_TAG = "rl/launched_by"
 UNCLAIMED_GRACE_S = 60.0
@@ -55,7 +55,7 @@ class WorkerLauncher:
         log_path = os.path.join(log_dir, f"run-{run.run_id}.log")
         proc = self._ctx.Process(target=run_in_child, args=(run.run_id, log_path), name=f"run-{run.run_id}")
         proc.start()
-        instance.add_run_tags(run.run_id, {WORKER_PID_TAG: str(proc.pid)})
+        instance.add_run_tags(run.run_id, {WORKER_PID_TAG: process_identity(proc.pid)})
         return proc
 
 
@@ -66,9 +66,9 @@ def reap_dead_runs(instance: DagsterInstance, experiment: str) -> list[str]:
     for run in runs:
         if run.status not in ACTIVE_STATUSES:
             continue
-        pid = run.tags.get(WORKER_PID_TAG)
-        if pid is not None:
-            dead = not pid_alive(int(pid))
+        worker = run.tags.get(WORKER_PID_TAG)
+        if worker is not None:
+            dead = not identity_alive(worker)
         else:
             record = instance.get_run_record_by_id(run.run_id)
             dead = record is not None and time.time() - record.create_timestamp.timestamp() > UNCLAIMED_GRACE_S

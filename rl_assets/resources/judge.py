@@ -28,8 +28,9 @@ class JudgeResource(dg.ConfigurableResource):
     judge_id: str = "simulated-v1"
     api_key: str | None = None
 
-    def key(self, trajectory: Trajectory, rubric: Rubric) -> str:
-        return verdict_key(trajectory.content_hash, rubric.content_hash, self.judge_id)
+    def key(self, experiment: str, trajectory: Trajectory, rubric: Rubric) -> str:
+        """Verdicts are scoped to their experiment, so each experiment's judge bill is its own."""
+        return f"{experiment}:" + verdict_key(trajectory.content_hash, rubric.content_hash, self.judge_id)
 
     def _call(self, trajectory: Trajectory, rubric: Rubric, latency_s: float) -> Verdict:
         if latency_s:
@@ -57,4 +58,4 @@ class JudgeResource(dg.ConfigurableResource):
             finally:
                 pool.shutdown(wait=False)
 
-        return ledger.judge_once(self.key(trajectory, rubric), experiment, trajectory.trial_id, call)
+        return ledger.judge_once(self.key(experiment, trajectory, rubric), experiment, trajectory.trial_id, call)

@@ -48,6 +48,6 @@ class WorldStoreResource(dg.ConfigurableResource):
         return available
 
     @contextmanager
-    def fork(self, world_id: str, attempt_id: str) -> Iterator[ForkLayout]:
-        with self._worlds.fork(world_id, attempt_id, overlay=self.use_overlay()) as layout:
+    def fork(self, world_id: str, owner: str, attempt_id: str) -> Iterator[ForkLayout]:
+        with self._worlds.fork(world_id, owner, attempt_id, overlay=self.use_overlay()) as layout:
             yield layout

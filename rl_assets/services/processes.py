@@ -29,6 +29,19 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def process_identity(pid: int) -> str:
+    """``pid@start-time``: names a process uniquely, even after its pid is reused."""
+    return f"{pid}@{psutil.Process(pid).create_time():.2f}"
+
+
+def identity_alive(identity: str) -> bool:
+    """True while the process named by :func:`process_identity` runs."""
+    pid, _, started = identity.partition("@")
+    if not pid_alive(int(pid)):
+        return False
+    return not started or f"{psutil.Process(int(pid)).create_time():.2f}" == started
+
+
 def processes_mentioning(marker: str) -> list[psutil.Process]:
     """Live processes whose command line mentions ``marker`` (a path unique to a home)."""
     found = []

@@ -48,7 +48,7 @@ class LocalRayHead:
         self.home.ensure()
         if self.is_running():
             return self.address()  # type: ignore[return-value]
-        port = free_loopback_port()
+        port = self._previous_port() or free_loopback_port()
         ray_bin = str(Path(sys.executable).with_name("ray"))
         cmd = [
             ray_bin,
@@ -76,9 +76,16 @@ class LocalRayHead:
         self.address_file.write_text(address)
         return address
 
+    def _previous_port(self) -> int | None:
+        """The port of the head's last life, if free: run workers keep the address they were given."""
+        address = self.address()
+        if address is None:
+            return None
+        port = int(address.rsplit(":", 1)[1])
+        return None if port_is_open(port) else port
+
     def stop(self) -> bool:
         """Kill this home's head processes; True if any were running."""
         procs = processes_mentioning(str(self.temp_dir))
         kill_all(procs)
-        self.address_file.unlink(missing_ok=True)
         return bool(procs)

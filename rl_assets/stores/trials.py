@@ -3,8 +3,9 @@
 Trajectories and rewards are stored per partition (what Dagster materialised);
 rewards additionally per rubric, so re-scoring never overwrites another
 rubric's results. The rollout cache is keyed by a trajectory's *identity*
-(trial spec, world hash, policy hash, agent version): a unit whose inputs are
-unchanged is found there and never generated twice.
+(trial spec, world hash, policy hash, agent version), within one experiment:
+a unit whose inputs are unchanged is found there and never generated twice,
+while each experiment's counts stay its own.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ class TrialRecords:
     def __init__(self, artifacts: ArtifactStore) -> None:
         self.artifacts = artifacts
 
-    def cached_rollout(self, identity: str) -> Trajectory | None:
-        return self.artifacts.read(f"rollouts/{identity}", Trajectory)
+    def cached_rollout(self, experiment: str, identity: str) -> Trajectory | None:
+        return self.artifacts.read(f"rollouts/{experiment}/{identity}", Trajectory)
 
-    def cache_rollout(self, identity: str, trajectory: Trajectory) -> None:
-        self.artifacts.write(f"rollouts/{identity}", trajectory)
+    def cache_rollout(self, experiment: str, identity: str, trajectory: Trajectory) -> None:
+        self.artifacts.write(f"rollouts/{experiment}/{identity}", trajectory)
 
     def trajectory(self, experiment: str, step: int, slot: str) -> Trajectory | None:
         return self.artifacts.read(f"trajectories/{experiment}/s{step}/{slot}", Trajectory)

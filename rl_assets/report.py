@@ -1,0 +1,86 @@
+"""``rl-assets report``: the evidence that faults changed nothing, from durable records.
+
+Every figure comes from the ledgers (attempt logs, judge calls, training
+ledger, driver attempts), never from a process's memory, so the report of an
+experiment that survived crashes is as trustworthy as that of a clean one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.resources.stores import Stores
+from rl_assets.results import experiment_result, format_table
+
+
+def _per_trial(stores: Stores, table: str, experiment: str) -> dict[str, tuple[int, int]]:
+    """trial id -> (attempts, failed attempts)."""
+    with stores.db.transaction() as cur:
+        cur.execute(
+            f"SELECT trial_id, count(*), count(*) FILTER (WHERE outcome = 'failed') FROM {table} "
+            "WHERE experiment = %s GROUP BY trial_id",
+            (experiment,),
+        )
+        return {t: (n, f) for t, n, f in cur.fetchall()}
+
+
+def evidence(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
+    name = config.name
+    generation = _per_trial(stores, "rl_generation_attempts", name)
+    judging = _per_trial(stores, "rl_judge_attempts", name)
+    failed = stores.attempts.failed_trials(name)
+    with stores.db.transaction() as cur:
+        cur.execute(
+            "SELECT count(*), count(DISTINCT verdict_key), count(*) FILTER (WHERE status = 'claimed') "
+            "FROM rl_judge_calls WHERE experiment = %s",
+            (name,),
+        )
+        calls, keys, unfinished = cur.fetchone()
+    result = experiment_result(stores, config)
+    return {
+        "experiment": name,
+        "generate": {
+            "succeeded_first_try": sum(1 for n, f in generation.values() if f == 0),
+            "retried": sorted(t for t, (n, f) in generation.items() if f > 0 and t not in failed),
+            "failed_for_good": sorted(failed),
+            "attempts": sum(n for n, _ in generation.values()),
+        },
+        "judging": {
+            "succeeded_first_try": sum(1 for n, f in judging.values() if f == 0),
+            "retried": sorted(t for t, (n, f) in judging.items() if f > 0),
+            "attempts": sum(n for n, _ in judging.values()),
+        },
+        "judge_calls": {
+            "calls": calls,
+            "verdicts": keys,
+            "extra_calls": calls - keys,
+            "extra_call_causes": ({"process died during the call": unfinished} if unfinished else {}),
+        },
+        "train_steps": [
+            {"step": s.step, "version": s.version, "actor_pid": s.actor_pid}
+            for s in stores.training.steps(name, config.rubric)
+        ],
+        "driver_attempts": result["counts"]["driver_attempts"],
+        "learning": result,
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    g, j, c = report["generate"], report["judging"], report["judge_calls"]
+    pids = sorted({s["actor_pid"] for s in report["train_steps"]})
+    lines = [
+        f"evidence for experiment {report['experiment']}",
+        f"  generate      succeeded first try {g['succeeded_first_try']}, retried {len(g['retried'])}"
+        f" ({', '.join(g['retried']) or '-'}), failed for good {len(g['failed_for_good'])}, attempts {g['attempts']}",
+        f"  judging       succeeded first try {j['succeeded_first_try']}, retried {len(j['retried'])}"
+        f" ({', '.join(j['retried']) or '-'}), attempts {j['attempts']}",
+        f"  judge calls   {c['calls']} for {c['verdicts']} verdicts (extra: {c['extra_calls']}"
+        + "".join(f"; {cause}: {n}" for cause, n in c["extra_call_causes"].items())
+        + ")",
+        f"  train steps   {len(report['train_steps'])}, actor pid(s) {', '.join(map(str, pids)) or '-'}",
+        f"  driver        {report['driver_attempts']} attempt(s)",
+        "",
+        format_table(report["learning"]),
+    ]
+    return "\n".join(lines)
