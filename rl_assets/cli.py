@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from typing import Any
 
 from pydantic import ValidationError
@@ -304,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore", message=".*is currently in beta.*")  # Dagster's, not the user's concern
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
