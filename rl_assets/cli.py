@@ -70,7 +70,7 @@ def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runti
             ),
         )
     except ValidationError as err:
-        if "experiment" in str(err.errors()[0]["loc"]) or err.errors()[0]["loc"] == ("name",):
+        if err.errors()[0]["loc"] == ("name",):
             raise UsageError(f"--experiment: must match [a-z0-9][a-z0-9_-]* (got {args.experiment!r})") from None
         raise UsageError(_pydantic_message(err)) from None
     except UnknownRubricError as err:

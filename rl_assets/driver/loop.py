@@ -14,13 +14,12 @@ import os
 import signal
 import sys
 import time
-import zlib
 from multiprocessing.process import BaseProcess
 
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
-from rl_assets.driver.planner import Plan, plan
+from rl_assets.driver.planner import Plan, driver_lock_id, plan
 from rl_assets.driver.runs import WorkerLauncher, create_run, reap_dead_runs
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
@@ -53,7 +52,7 @@ def drive(experiment: str, home: Home) -> int:
     lock_conn = db.info.connect()
     lock_conn.autocommit = True
     with lock_conn.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", (zlib.crc32(f"driver:{experiment}".encode()),))
+        cur.execute("SELECT pg_try_advisory_lock(%s)", (driver_lock_id(experiment),))
         if not cur.fetchone()[0]:
             print(f"another driver is already running experiment {experiment!r}", file=sys.stderr)
             return EXIT_BUSY

@@ -6,19 +6,17 @@ so a second tick, or a second daemon, never launches the same unit twice.
 Needed dynamic partitions are added in the same tick, before the runs.
 """
 
-import zlib
-
 import dagster as dg
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
-from rl_assets.driver.planner import plan
+from rl_assets.driver.planner import driver_lock_id, plan
 from rl_assets.jobs import train_job, trial_job, world_job
 from rl_assets.resources.stores import StoresResource
 
 
 def _held_by_cli_driver(stores: StoresResource, experiment: str) -> bool:
     conn = stores.stores.db.connection()
-    lock_id = zlib.crc32(f"driver:{experiment}".encode())
+    lock_id = driver_lock_id(experiment)
     with conn, conn.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(%s)", (lock_id,))
         acquired = cur.fetchone()[0]

@@ -49,21 +49,19 @@ class ExperimentStore:
                 )
         return created
 
-    def get(self, name: str) -> ExperimentConfig:
+    def _column(self, name: str, column: str) -> object:
         with self.db.transaction() as cur:
-            cur.execute("SELECT config FROM rl_experiments WHERE name = %s", (name,))
+            cur.execute(f"SELECT {column} FROM rl_experiments WHERE name = %s", (name,))
             row = cur.fetchone()
         if row is None:
             raise UnknownExperimentError(name)
-        return ExperimentConfig.model_validate(row[0])
+        return row[0]
+
+    def get(self, name: str) -> ExperimentConfig:
+        return ExperimentConfig.model_validate(self._column(name, "config"))
 
     def runtime(self, name: str) -> Runtime:
-        with self.db.transaction() as cur:
-            cur.execute("SELECT faults FROM rl_experiments WHERE name = %s", (name,))
-            row = cur.fetchone()
-        if row is None:
-            raise UnknownExperimentError(name)
-        return Runtime.model_validate(row[0])
+        return Runtime.model_validate(self._column(name, "faults"))
 
     def names(self) -> list[str]:
         with self.db.transaction() as cur:
