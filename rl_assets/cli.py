@@ -85,6 +85,7 @@ def _open(home: Home, with_ray: bool = True):
     from rl_assets.services.local_deployment import LocalDeployment
     from rl_assets.stores.database import Database
 
+    print(f"rl-assets: home {home.root} (starting its Postgres and Ray head if needed)", file=sys.stderr)
     LocalDeployment(home).up(with_ray=with_ray)
     return Stores(home.root, Database.from_env())
 
@@ -118,7 +119,8 @@ def _describe(p) -> str:
         return f"{p.config.name}: {p.config.steps}/{p.config.steps} steps trained"
     phase = "training" if s.train_running else "rolling out"
     return (
-        f"{p.config.name}: step {s.step + 1}/{p.config.steps} {phase}: {s.count('ok')} ok, {s.count('failed')} failed, "
+        f"{p.config.name}: step {s.step} ({s.step + 1} of {p.config.steps}) {phase}: "
+        f"{s.count('ok')} ok, {s.count('failed')} failed, "
         f"{s.count('running')} running, {s.count('pending')} pending of {len(s.trials)} trials"
     )
 
