@@ -128,11 +128,15 @@ def _describe(p) -> str:
 def _supervise(home: Home, stores, config: ExperimentConfig) -> None:
     from dagster import DagsterInstance
 
+    from rl_assets.driver.audit import audit
     from rl_assets.driver.loop import EXIT_BUSY, EXIT_GAVE_UP
     from rl_assets.driver.planner import plan
+    from rl_assets.worlds import LocalWorlds
 
     progress = Progress()
     with DagsterInstance.get() as instance:
+        for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks), config):
+            print(f"rl-assets: {damage.kind} {damage.partition_key}: {damage.detail}; regenerating it", file=sys.stderr)
         attempts = 0
         while not plan(instance, stores, config).done:
             attempts += 1

@@ -37,6 +37,14 @@ def evidence(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
             (name,),
         )
         calls, keys, unfinished = cur.fetchone()
+        cur.execute(
+            "SELECT cause, count(*) FROM rl_judge_calls WHERE experiment = %s AND cause IS NOT NULL GROUP BY cause",
+            (name,),
+        )
+        causes = dict(cur.fetchall())
+    if unfinished:
+        causes["process died during the call"] = unfinished
+    damage = stores.damage.history(f"{name}/", config.world_ids)
     result = experiment_result(stores, config)
     return {
         "experiment": name,
@@ -55,8 +63,17 @@ def evidence(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
             "calls": calls,
             "verdicts": keys,
             "extra_calls": calls - keys,
-            "extra_call_causes": ({"process died during the call": unfinished} if unfinished else {}),
+            "extra_call_causes": causes,
         },
+        "repairs": [
+            {
+                "kind": d.kind,
+                "unit": d.partition_key,
+                "detail": d.detail,
+                "repaired": d.repaired_at is not None,
+            }
+            for d in damage
+        ],
         "train_steps": [
             {"step": s.step, "version": s.version, "actor_pid": s.actor_pid}
             for s in stores.training.steps(name, config.rubric)
@@ -80,6 +97,10 @@ def format_report(report: dict[str, Any]) -> str:
         + ")",
         f"  train steps   {len(report['train_steps'])}, actor pid(s) {', '.join(map(str, pids)) or '-'}",
         f"  driver        {report['driver_attempts']} attempt(s)",
+        *(
+            f"  repaired      {r['kind']} {r['unit']}: {r['detail']}" + ("" if r["repaired"] else " (repair pending)")
+            for r in report["repairs"]
+        ),
         "",
         format_table(report["learning"]),
     ]

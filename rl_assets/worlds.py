@@ -2,7 +2,8 @@
 
 A world is built once into ``worlds/<id>/``, made read-only, and its content
 hash recorded in ``worlds/<id>.sha256``; every use re-verifies the hash, so a
-world modified behind the system's back is detected, never silently used.
+world modified behind the system's back is detected, never silently used, and
+rebuilt (deterministically, to the same hash) by its next materialization.
 Each rollout attempt gets its own fork under ``forks/<attempt>/``: an overlay
 (upper and work dirs, O(1) in world size) where the sandbox can mount one,
 otherwise a plain copy that says it is one. The parent world is never
@@ -57,18 +58,34 @@ class LocalWorlds:
         return self.worlds_root / f"{world_id}.sha256"
 
     def ensure_built(self, world_id: str) -> tuple[str, bool]:
-        """Build and seal the world if absent; returns ``(content hash, built now)``."""
-        if self._hash_file(world_id).exists():
-            return self.verified_hash(world_id), False
+        """Build and seal the world if absent or damaged; returns ``(content hash, built now)``.
+
+        Building is deterministic, so a damaged world is rebuilt and must come
+        out with the hash it was recorded with; any other outcome is an error,
+        because trials already rolled out in it would no longer match.
+        """
+        hash_file = self._hash_file(world_id)
+        recorded = hash_file.read_text().strip() if hash_file.exists() else None
+        if recorded is not None:
+            try:
+                return self.verified_hash(world_id), False
+            except WorldTamperedError:
+                pass  # rebuilt below
         staging = self.worlds_root / f".{world_id}.{uuid.uuid4().hex}"
         build_world(world_id, staging)
         digest = tree_hash(staging)
+        if recorded is not None and digest != recorded:
+            shutil.rmtree(staging)
+            raise WorldTamperedError(
+                f"world {world_id} rebuilt with hash {digest}, but it was recorded as {recorded}: "
+                "the world builder changed under an existing experiment"
+            )
         _seal(staging)
         target = self.world_dir(world_id)
-        if target.exists():  # an unsealed leftover of a crashed build
+        if target.exists():  # a damaged world, or an unsealed leftover of a crashed build
             shutil.rmtree(target, onerror=_force_remove)
         os.replace(staging, target)
-        self._hash_file(world_id).write_text(digest)
+        hash_file.write_text(digest)
         return digest, True
 
     def verified_hash(self, world_id: str) -> str:
@@ -78,7 +95,7 @@ class LocalWorlds:
         if actual != recorded:
             raise WorldTamperedError(
                 f"world {world_id} was modified after it was sealed (hash {actual}, recorded {recorded}); "
-                f"delete {self.world_dir(world_id)} and {self._hash_file(world_id)} to rebuild it"
+                "`rl-assets train` rebuilds it"
             )
         return recorded
 

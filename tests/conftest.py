@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.oracle import oracle_run
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
 from rl_assets.services.local_deployment import LocalDeployment
@@ -34,6 +36,27 @@ def run_cli(home: Path, *args: str, check: bool = True, timeout: float = 900) ->
 
 def train_json(home: Path, *args: str) -> dict:
     return json.loads(run_cli(home, "train", *args, "--json").stdout)
+
+
+def cli_args(name: str, fields: dict) -> list[str]:
+    """``train`` arguments for an experiment config given as fields."""
+    args = ["--experiment", name]
+    for key, value in fields.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    return args
+
+
+def oracle_expectation(config: ExperimentConfig, failed: frozenset[str] = frozenset()) -> tuple[list, dict]:
+    """``(table, weights)`` of the in-memory oracle, shaped as in ``train --json``."""
+    steps, policy = oracle_run(config, failed)
+    return (
+        [(s.mean_reward, s.mean_turns, len(s.rewards)) for s in steps],
+        {w: [round(x, 6) for x in p] for w, p in sorted(policy.priors.items())},
+    )
+
+
+def table_of(result: dict) -> list:
+    return [(s["mean_reward"], s["mean_turns"], s["trials_ok"]) for s in result["steps"]]
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import train_json
+from conftest import cli_args, oracle_expectation, table_of, train_json
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.oracle import oracle_run
 from rl_assets.domain.runtime import FaultConfig
 
 CONFIGS = {
@@ -15,27 +14,12 @@ CONFIGS = {
 }
 
 
-def _args(name: str, fields: dict) -> list[str]:
-    args = ["--experiment", name]
-    for key, value in fields.items():
-        args += [f"--{key.replace('_', '-')}", str(value)]
-    return args
-
-
-def _expected(config: ExperimentConfig, failed: frozenset[str] = frozenset()):
-    steps, policy = oracle_run(config, failed)
-    return (
-        [(s.mean_reward, s.mean_turns, len(s.rewards)) for s in steps],
-        {w: [round(x, 6) for x in p] for w, p in sorted(policy.priors.items())},
-    )
-
-
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_configuration_matches_the_specification(home, name):
     fields = CONFIGS[name]
-    result = train_json(home, *_args(name, fields))
-    table, priors = _expected(ExperimentConfig(name=name, **fields))
-    assert [(s["mean_reward"], s["mean_turns"], s["trials_ok"]) for s in result["steps"]] == table
+    result = train_json(home, *cli_args(name, fields))
+    table, priors = oracle_expectation(ExperimentConfig(name=name, **fields))
+    assert table_of(result) == table
     assert result["weights"] == priors
     trials = fields["steps"] * fields["prompts"] * fields["samples"]
     assert result["counts"]["generate_attempts"] == trials
@@ -46,13 +30,13 @@ def test_configuration_matches_the_specification(home, name):
 def test_a_trial_that_fails_for_good_is_skipped_not_fatal(home, stores):
     """With no retries, every trial whose first attempt faults fails for good; its step trains without it."""
     fields = dict(steps=3, worlds=3, prompts=3, samples=2, generate_retries=0)
-    result = train_json(home, *_args("doomed", fields), "--flaky-trial-rate", "0.25")
+    result = train_json(home, *cli_args("doomed", fields), "--flaky-trial-rate", "0.25")
     config = ExperimentConfig(name="doomed", **fields)
     faults = FaultConfig(flaky_trial_rate=0.25)
     failed = frozenset(t.trial_id for s in range(3) for t in config.trials(s) if faults.trial_flakes(t.trial_id))
     assert sorted(failed) == ["s0-p2-n1", "s1-p0-n0", "s1-p2-n0", "s1-p2-n1", "s2-p1-n1", "s2-p2-n0"]
-    table, priors = _expected(config, failed)
-    assert [(s["mean_reward"], s["mean_turns"], s["trials_ok"]) for s in result["steps"]] == table
+    table, priors = oracle_expectation(config, failed)
+    assert table_of(result) == table
     assert result["weights"] == priors
     assert [s["trials_ok"] for s in result["steps"]] == [5, 3, 4]
     assert result["counts"]["generate_failures"] == 6 and result["counts"]["generate_attempts"] == 18

@@ -7,6 +7,7 @@ import dagster as dg
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy
 from rl_assets.resources.stores import Stores
+from rl_assets.stores.artifacts import CorruptArtifactError
 
 
 def parent_policy(stores: Stores, config: ExperimentConfig, step: int) -> Policy:
@@ -14,7 +15,8 @@ def parent_policy(stores: Stores, config: ExperimentConfig, step: int) -> Policy
 
     Loaded from the checkpoint the ledger points at, verified by hash; a step
     whose parent is not trained yet fails without retry, since retrying
-    cannot help.
+    cannot help, and a lost or damaged parent checkpoint marks the parent step
+    damaged so the driver re-derives it first.
     """
     if step == 0:
         return Policy.initial(config.world_ids)
@@ -24,7 +26,16 @@ def parent_policy(stores: Stores, config: ExperimentConfig, step: int) -> Policy
             f"step {step - 1} of {config.name} is not trained yet; step {step} cannot start",
             allow_retries=False,
         )
-    policy = stores.checkpoints.load(config.name, config.rubric, step - 1, expected_hash=applied.policy_hash)
+    try:
+        policy = stores.checkpoints.load(config.name, config.rubric, step - 1, expected_hash=applied.policy_hash)
+        problem = None if policy is not None else "is missing"
+    except CorruptArtifactError as err:
+        stores.artifacts.quarantine(err.path)
+        policy, problem = None, f"was damaged ({err}); quarantined"
     if policy is None:
-        raise dg.Failure(f"checkpoint of {config.name} step {step - 1} is missing", allow_retries=False)
+        stores.damage.report("step", config.step_key(step - 1), f"checkpoint {problem}")
+        raise dg.Failure(
+            f"the checkpoint of {config.name} step {step - 1} {problem}; the driver re-derives it first",
+            allow_retries=False,
+        )
     return policy

@@ -12,6 +12,7 @@ from rl_assets.domain.rubrics import get_rubric
 from rl_assets.domain.scoring import reward_of
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import StoresResource
+from rl_assets.stores.artifacts import CorruptArtifactError
 
 
 class InjectedJudgeFault(RuntimeError):
@@ -32,9 +33,15 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     config = state.experiments.get(experiment)
     runtime = state.experiments.runtime(experiment)
     trial_id = config.trial(step, slot).trial_id
-    trajectory = state.trials.trajectory(experiment, step, slot)
-    if trajectory is None:
-        raise dg.Failure(f"no stored trajectory for {trial_id}; materialize trajectories first", allow_retries=False)
+    try:
+        trajectory = state.trials.trajectory(experiment, step, slot)
+        problem = None if trajectory is not None else "its trajectory record is missing"
+    except CorruptArtifactError as err:
+        state.artifacts.quarantine(err.path)
+        problem = f"its trajectory record was damaged ({err}); quarantined"
+    if problem is not None:
+        state.damage.report("trial", context.partition_key, problem)
+        raise dg.Failure(f"{trial_id}: {problem}; the driver runs the trial again", allow_retries=False)
     rubric = get_rubric(config.rubric)
     attempt = context.retry_number
     key = judge.key(experiment, trajectory, rubric)
@@ -62,6 +69,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "ok")
     reward = reward_of(trajectory, verdict)
     state.trials.save_reward(experiment, rubric.name, step, slot, reward)
+    state.damage.repaired("trial", context.partition_key)
     return dg.MaterializeResult(
         metadata={
             "trial_id": trial_id,

@@ -18,6 +18,8 @@ from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
 from rl_assets.sandbox.launcher import isolation, run_sandbox
 from rl_assets.sandbox.protocol import SandboxRequest
+from rl_assets.stores.artifacts import CorruptArtifactError
+from rl_assets.worlds import WorldTamperedError
 
 AGENT_VERSION = "reference-agent-v1"
 
@@ -39,7 +41,11 @@ def trajectories(
     runtime = state.experiments.runtime(experiment)
     spec = config.trial(step, slot)
     policy = parent_policy(state, config, step)
-    world_hash = world_store.verified_hash(spec.world_id)
+    try:
+        world_hash = world_store.verified_hash(spec.world_id)
+    except WorldTamperedError as err:
+        state.damage.report("world", spec.world_id, str(err))
+        raise dg.Failure(f"{err}; the driver rebuilds it, then reruns {spec.trial_id}", allow_retries=False) from err
     identity = content_hash(
         {
             "spec": spec.model_dump(mode="json"),
@@ -49,7 +55,12 @@ def trajectories(
         }
     )
     attempt = context.retry_number
-    trajectory = state.trials.cached_rollout(experiment, identity)
+    try:
+        trajectory = state.trials.cached_rollout(experiment, identity)
+    except CorruptArtifactError as err:
+        context.log.warning(f"cached rollout of {spec.trial_id} is damaged ({err}); quarantined, regenerating it")
+        state.artifacts.quarantine(err.path)
+        trajectory = None
     source = "reused"
     fork_kind = "none"
     if trajectory is None:

@@ -7,13 +7,18 @@ good is absent (``skip``), or takes its prompt group with it (``mask-group``).
 
 import dagster as dg
 
-from rl_assets.assets.partitions import STEP
+from rl_assets.assets.partitions import STEP, trial_partition_key
 from rl_assets.assets.policy import parent_policy
 from rl_assets.domain.bandit import canonical_batch, step_summary
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.domain.models import Reward
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.trainer import TrainerResource
+from rl_assets.stores.artifacts import CorruptArtifactError
+
+
+class DamagedRecordError(RuntimeError):
+    """A record a result depends on was damaged; its unit is marked for regeneration."""
 
 
 def step_batch(state: Stores, config: ExperimentConfig, step: int) -> tuple[list[Reward], list[str]]:
@@ -23,7 +28,15 @@ def step_batch(state: Stores, config: ExperimentConfig, step: int) -> tuple[list
     missing = []
     for spec in config.trials(step):
         slot = spec.trial_id.split("-", 1)[1]
-        reward = state.trials.reward(config.name, config.rubric, step, slot)
+        try:
+            reward = state.trials.reward(config.name, config.rubric, step, slot)
+        except CorruptArtifactError as err:
+            state.artifacts.quarantine(err.path)
+            state.damage.report("trial", str(trial_partition_key(config, step, slot)), f"reward record damaged: {err}")
+            raise DamagedRecordError(
+                f"the reward record of {spec.trial_id} was damaged and is quarantined; "
+                "`rl-assets train` judges it again (from the recorded verdict) and retrains"
+            ) from None
         if reward is None:
             if spec.trial_id not in failed:
                 raise dg.Failure(
@@ -61,6 +74,7 @@ def weights(
     policy, applied, applied_now = trainer.train_step(
         state.training, state.checkpoints, experiment, config.rubric, step, parent, batch, config.lr
     )
+    state.damage.repaired("step", context.partition_key)
     mean_reward, mean_turns = step_summary(batch)
     if applied_now:
         context.log.info(f"applied step {step} of {experiment}: version {policy.version} by actor {applied.actor_pid}")

@@ -1,8 +1,9 @@
-"""``worlds``: each world built once, sealed read-only, content hash recorded."""
+"""``worlds``: each world built once, sealed read-only, content hash recorded; rebuilt if damaged."""
 
 import dagster as dg
 
 from rl_assets.assets.partitions import WORLD
+from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
 
 
@@ -12,9 +13,12 @@ from rl_assets.resources.world_store import WorldStoreResource
     group_name="rl",
     description="A sealed world: the documents a trial's agent explores through its private fork.",
 )
-def worlds(context: dg.AssetExecutionContext, world_store: WorldStoreResource) -> dg.MaterializeResult:
+def worlds(
+    context: dg.AssetExecutionContext, world_store: WorldStoreResource, stores: StoresResource
+) -> dg.MaterializeResult:
     world_id = context.partition_key
     digest, built_now = world_store.ensure_built(world_id)
+    stores.stores.damage.repaired("world", world_id)
     return dg.MaterializeResult(
         metadata={
             "content_hash": digest,

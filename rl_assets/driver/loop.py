@@ -23,6 +23,7 @@ from rl_assets.driver.planner import Plan, driver_lock_id, plan
 from rl_assets.driver.runs import WorkerLauncher, create_run, reap_dead_runs
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
+from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
 from rl_assets.stores.database import Database
 
 EXIT_BUSY = 75
@@ -44,6 +45,18 @@ def _give_up_on_crashing_units(stores: Stores, p: Plan) -> None:
                 stores.attempts.record_trial_failure(
                     p.config.name, trial.trial_id, "run", f"its runs died {trial.runs} times"
                 )
+
+
+def _ensure_trainer_cluster(home: Home) -> None:
+    """Restart the home's Ray head if it died, on the address run workers were given.
+
+    Only the home's own head is restarted; a remote cluster (KubeRay) is the
+    deployment's to keep alive, and a train run against it fails and is retried.
+    """
+    head = LocalRayHead(home)
+    if os.environ.get(RAY_ADDRESS_ENV) == head.address() and not head.is_running():
+        print("the Ray head is down; restarting it", file=sys.stderr)
+        head.ensure_running()
 
 
 def drive(experiment: str, home: Home) -> int:
@@ -85,6 +98,8 @@ def drive(experiment: str, home: Home) -> int:
                     return EXIT_GAVE_UP
                 if launch.job == "trial_job" and len(workers) >= runtime.execution.max_concurrent_trials:
                     continue
+                if launch.job == "train_job":
+                    _ensure_trainer_cluster(home)
                 run = create_run(instance, launch)
                 workers[run.run_id] = launcher.start(instance, run, str(home.logs))
             time.sleep(POLL_S)

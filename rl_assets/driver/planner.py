@@ -4,7 +4,9 @@ A trial is ``ok`` when its reward is materialized, ``failed`` when it failed
 for good (recorded by the asset that gave up), ``running`` while one of its
 runs is in flight, else ``pending``. A step opens when the previous one is
 trained (ledger row and weights materialization); it trains when all of its
-trials are ``ok`` or ``failed``. Worlds are built before anything else.
+trials are ``ok`` or ``failed``. Worlds are built before anything else. A unit
+with open damage (see :mod:`rl_assets.stores.damage`) is not done, whatever
+Dagster recorded, so it is launched again.
 """
 
 from __future__ import annotations
@@ -82,7 +84,11 @@ class Plan:
 
     @property
     def done(self) -> bool:
-        return len(self.steps) == self.config.steps and all(s.trained for s in self.steps)
+        return (
+            len(self.steps) == self.config.steps
+            and all(s.trained for s in self.steps)
+            and all(t.state in ("ok", "failed") for s in self.steps for t in s.trials)
+        )
 
     @property
     def steps_trained(self) -> int:
@@ -109,7 +115,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig) ->
 
     base_tags = {EXPERIMENT_TAG: config.name}
     launches: list[Launch] = []
-    built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
+    built = instance.get_materialized_partitions(dg.AssetKey("worlds")) - stores.damage.open_keys("world")
     worlds_missing = [w for w in config.world_ids if w not in built]
     for world_id in worlds_missing:
         active, count = run_counts(world_id)
@@ -118,8 +124,8 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig) ->
     if worlds_missing:
         return Plan(config, worlds_missing, [], launches)
 
-    rewarded = instance.get_materialized_partitions(dg.AssetKey("rewards"))
-    trained_keys = instance.get_materialized_partitions(dg.AssetKey("weights"))
+    rewarded = instance.get_materialized_partitions(dg.AssetKey("rewards")) - stores.damage.open_keys("trial")
+    trained_keys = instance.get_materialized_partitions(dg.AssetKey("weights")) - stores.damage.open_keys("step")
     failed = stores.attempts.failed_trials(config.name)
     steps: list[StepStatus] = []
     for s in range(config.steps):

@@ -10,6 +10,7 @@ from pydantic import PrivateAttr
 
 from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.attempts import AttemptLog
+from rl_assets.stores.damage import DamageLog
 from rl_assets.stores.database import Database
 from rl_assets.stores.experiments import ExperimentStore
 from rl_assets.stores.training import CheckpointStore, TrainingLedger
@@ -35,6 +36,10 @@ class Stores:
     @cached_property
     def attempts(self) -> AttemptLog:
         return AttemptLog(self.db)
+
+    @cached_property
+    def damage(self) -> DamageLog:
+        return DamageLog(self.db)
 
     @cached_property
     def verdicts(self) -> VerdictLedger:

@@ -12,6 +12,11 @@ Protocol for step ``s`` of ``(experiment, rubric)``:
 A crash after 2 re-runs 2, where the actor recognises the identity; a lost
 actor is rebuilt from the parent checkpoint. The ledger therefore holds
 exactly one application per step, and the policy reflects each step once.
+
+A ledgered step whose checkpoint was lost or damaged is re-derived: the same
+identity is replayed from the parent, and the result must have the ledger's
+policy hash (else it is an error, never a silently different policy). That
+writes the checkpoint again without adding a ledger row.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pydantic import PrivateAttr
 
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import Policy, Reward
+from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.training import AppliedStep, CheckpointStore, TrainingLedger
 
 
@@ -54,6 +60,46 @@ class TrainerResource(dg.ConfigurableResource):
 
             ray.shutdown()  # detaches this process only; the actor lives on
 
+    def _apply(
+        self, experiment: str, rubric: str, identity: str, parent: Policy, batch: list[Reward], lr: float
+    ) -> tuple[Policy, int, bool]:
+        import ray
+
+        policy_json, pid, applied_now = ray.get(
+            self._actor(experiment).apply.remote(
+                f"{experiment}/{rubric}",
+                identity,
+                parent.model_dump_json(),
+                [r.model_dump_json() for r in batch],
+                lr,
+            )
+        )
+        return Policy.model_validate_json(policy_json), pid, applied_now
+
+    def _rederive(
+        self,
+        checkpoints: CheckpointStore,
+        recorded: AppliedStep,
+        identity: str,
+        parent: Policy,
+        batch: list[Reward],
+        lr: float,
+    ) -> Policy:
+        where = f"{recorded.experiment}/{recorded.rubric}/s{recorded.step}"
+        if identity != recorded.identity:
+            raise RuntimeError(
+                f"the checkpoint of {where} is lost and its inputs changed since it was trained "
+                f"(identity {identity}, ledger {recorded.identity}); it cannot be re-derived"
+            )
+        policy, _, _ = self._apply(recorded.experiment, recorded.rubric, identity, parent, batch, lr)
+        if policy.content_hash != recorded.policy_hash:
+            raise RuntimeError(
+                f"re-deriving the lost checkpoint of {where} gave policy {policy.content_hash}, "
+                f"the ledger recorded {recorded.policy_hash}"
+            )
+        checkpoints.save(recorded.experiment, recorded.rubric, recorded.step, policy)
+        return policy
+
     def train_step(
         self,
         ledger: TrainingLedger,
@@ -67,24 +113,16 @@ class TrainerResource(dg.ConfigurableResource):
     ) -> tuple[Policy, AppliedStep, bool]:
         """``(policy after the step, its ledger row, applied now)``."""
         recorded = ledger.get(experiment, rubric, step)
-        if recorded is not None:
-            policy = checkpoints.load(experiment, rubric, step, expected_hash=recorded.policy_hash)
-            if policy is None:
-                raise RuntimeError(f"ledger records {experiment}/{rubric}/s{step} but its checkpoint is missing")
-            return policy, recorded, False
         identity = content_hash({"parent": parent.content_hash, "batch": [r.content_hash for r in batch], "lr": lr})
-        import ray
-
-        policy_json, pid, applied_now = ray.get(
-            self._actor(experiment).apply.remote(
-                f"{experiment}/{rubric}",
-                identity,
-                parent.model_dump_json(),
-                [r.model_dump_json() for r in batch],
-                lr,
-            )
-        )
-        policy = Policy.model_validate_json(policy_json)
+        if recorded is not None:
+            try:
+                policy = checkpoints.load(experiment, rubric, step, expected_hash=recorded.policy_hash)
+            except CorruptArtifactError:
+                policy = None
+            if policy is None:
+                policy = self._rederive(checkpoints, recorded, identity, parent, batch, lr)
+            return policy, recorded, False
+        policy, pid, applied_now = self._apply(experiment, rubric, identity, parent, batch, lr)
         checkpoints.save(experiment, rubric, step, policy)
         row = ledger.record(
             AppliedStep(

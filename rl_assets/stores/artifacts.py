@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,6 +23,10 @@ M = TypeVar("M", bound=BaseModel)
 
 class CorruptArtifactError(RuntimeError):
     """A stored record does not match its checksum or its schema."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
 
 
 class ArtifactStore:
@@ -52,6 +57,14 @@ class ArtifactStore:
         os.replace(tmp, path)
         return path
 
+    def quarantine(self, path: Path) -> Path:
+        """Move a damaged record out of the readers' way, keeping it for inspection."""
+        target = self.root.parent / "quarantine" / path.relative_to(self.root)
+        target = target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        return target
+
     def read(self, rel: str, model: type[M]) -> M | None:
         """The record, or None if absent; raises :class:`CorruptArtifactError` if damaged."""
         path = self.path(rel)
@@ -60,13 +73,13 @@ class ArtifactStore:
         except FileNotFoundError:
             return None
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise CorruptArtifactError(f"{path}: not valid JSON ({err})") from None
+            raise CorruptArtifactError(path, f"not valid JSON ({err})") from None
         if not isinstance(body, dict) or "payload" not in body:
-            raise CorruptArtifactError(f"{path}: not an rl-assets artifact")
+            raise CorruptArtifactError(path, "not an rl-assets artifact")
         payload = canonical_json(body["payload"])
         if hashlib.sha256(payload.encode()).hexdigest() != body.get("sha256"):
-            raise CorruptArtifactError(f"{path}: checksum mismatch, the record was modified")
+            raise CorruptArtifactError(path, "checksum mismatch, the record was modified")
         try:
             return model.model_validate(body["payload"])
         except ValueError as err:
-            raise CorruptArtifactError(f"{path}: {err}") from None
+            raise CorruptArtifactError(path, str(err)) from None

@@ -40,6 +40,12 @@ class AttemptLog:
                 (experiment, trial_id, attempt, key, cache_hit, outcome),
             )
 
+    def trials_judged_with(self, verdict_key: str) -> list[str]:
+        """The trials whose judging used ``verdict_key``."""
+        with self.db.transaction() as cur:
+            cur.execute("SELECT DISTINCT trial_id FROM rl_judge_attempts WHERE verdict_key = %s", (verdict_key,))
+            return sorted(row[0] for row in cur.fetchall())
+
     def record_trial_failure(self, experiment: str, trial_id: str, phase: str, error: str) -> None:
         """Mark a trial failed for good: its step trains without it."""
         with self.db.transaction() as cur:

@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS rl_generation_attempts (
 CREATE TABLE IF NOT EXISTS rl_verdicts (
     verdict_key TEXT PRIMARY KEY,
     verdict JSONB NOT NULL,
+    content_hash TEXT NOT NULL,
     recorded_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE TABLE IF NOT EXISTS rl_judge_calls (
@@ -46,6 +47,7 @@ CREATE TABLE IF NOT EXISTS rl_judge_calls (
     experiment TEXT NOT NULL,
     trial_id TEXT NOT NULL,
     status TEXT NOT NULL,
+    cause TEXT,
     started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     finished_at TIMESTAMPTZ
 );
@@ -79,6 +81,15 @@ CREATE TABLE IF NOT EXISTS rl_trial_failures (
     failed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (experiment, trial_id)
 );
+CREATE TABLE IF NOT EXISTS rl_damage (
+    id BIGSERIAL PRIMARY KEY,
+    kind TEXT NOT NULL,
+    partition_key TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    detected_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    repaired_at TIMESTAMPTZ
+);
+CREATE UNIQUE INDEX IF NOT EXISTS rl_damage_open ON rl_damage (kind, partition_key) WHERE repaired_at IS NULL;
 CREATE TABLE IF NOT EXISTS rl_driver_attempts (
     id BIGSERIAL PRIMARY KEY,
     experiment TEXT NOT NULL,

@@ -91,7 +91,7 @@ class CheckpointStore:
         policy = self.artifacts.read(self._rel(experiment, rubric, step), Policy)
         if policy is not None and expected_hash is not None and policy.content_hash != expected_hash:
             raise CorruptArtifactError(
-                f"checkpoint {experiment}/{rubric}/s{step} has hash {policy.content_hash}, "
-                f"the ledger recorded {expected_hash}"
+                self.artifacts.path(self._rel(experiment, rubric, step)),
+                f"checkpoint has hash {policy.content_hash}, the ledger recorded {expected_hash}",
             )
         return policy

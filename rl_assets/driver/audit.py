@@ -1,0 +1,87 @@
+"""Before driving: check every durable record an experiment's results rest on.
+
+The planner trusts Dagster's materializations; this audit checks that what
+they point at is still intact: each sealed world's content hash, each
+finished trial's trajectory and reward records and its verdicts, each
+trained step's checkpoint against the ledger's policy hash. A damaged
+record is moved to the home's ``quarantine/`` and its unit is marked damaged
+(see :mod:`rl_assets.stores.damage`), so the driver regenerates exactly that
+unit; every other unit, and every intact verdict and rollout, is reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import dagster as dg
+from dagster import DagsterInstance
+
+from rl_assets.assets.partitions import trial_partition_key
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.rubrics import get_rubric
+from rl_assets.resources.stores import Stores
+from rl_assets.stores.artifacts import CorruptArtifactError
+from rl_assets.stores.damage import Damage, DamageKind
+from rl_assets.worlds import LocalWorlds, WorldTamperedError
+
+
+def _problem(read: Callable[[], object | None], what: str, stores: Stores) -> str | None:
+    """Why the record cannot be used (quarantining it if damaged), or None if it is intact."""
+    try:
+        return None if read() is not None else f"{what} record is missing"
+    except CorruptArtifactError as err:
+        stores.artifacts.quarantine(err.path)
+        return f"{what} record was damaged ({err}); quarantined"
+
+
+def _trial_key(config: ExperimentConfig, trial_id: str) -> str:
+    step, slot = trial_id.split("-", 1)
+    return str(trial_partition_key(config, int(step.removeprefix("s")), slot))
+
+
+def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config: ExperimentConfig) -> list[Damage]:
+    """Mark damaged units of ``config``; returns the damage found now (already-open damage is not repeated)."""
+    found: list[Damage] = []
+
+    def damaged(kind: DamageKind, key: str, detail: str) -> None:
+        if stores.damage.report(kind, key, detail):
+            found.append(Damage(kind, key, detail))
+
+    built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
+    for world_id in config.world_ids:
+        if world_id in built:
+            try:
+                worlds.verified_hash(world_id)
+            except (WorldTamperedError, FileNotFoundError) as err:
+                damaged("world", world_id, str(err))
+
+    rewarded = instance.get_materialized_partitions(dg.AssetKey("rewards"))
+    for step in range(config.steps):
+        for spec in config.trials(step):
+            slot = spec.trial_id.split("-", 1)[1]
+            key = str(trial_partition_key(config, step, slot))
+            if key not in rewarded:
+                continue
+            problem = _problem(
+                partial(stores.trials.trajectory, config.name, step, slot), "trajectory", stores
+            ) or _problem(partial(stores.trials.reward, config.name, config.rubric, step, slot), "reward", stores)
+            if problem:
+                damaged("trial", key, problem)
+
+    rubric_hash = get_rubric(config.rubric).content_hash
+    for verdict_key in stores.verdicts.damaged_keys(f"{config.name}:"):
+        if f":{rubric_hash}:" not in verdict_key:
+            continue  # another rubric's verdict: repaired when that rubric is next used
+        for trial_id in stores.attempts.trials_judged_with(verdict_key):
+            damaged("trial", _trial_key(config, trial_id), "its verdict was modified; it is judged again")
+
+    for applied in stores.training.steps(config.name, config.rubric):
+        problem = _problem(
+            partial(stores.checkpoints.load, config.name, config.rubric, applied.step, applied.policy_hash),
+            "checkpoint",
+            stores,
+        )
+        if problem:
+            damaged("step", config.step_key(applied.step), problem)
+    return found

@@ -1,0 +1,152 @@
+"""Records damaged behind the system's back: detected by checksum, regenerated cleanly, never used.
+
+One small experiment is trained once; each test damages one kind of record
+on disk or in Postgres, reruns the same ``train`` command, and checks that
+the result is the clean one, that only the damaged unit was redone (no
+regeneration while a rollout is intact, no judge call while a verdict is
+intact, no training step applied again), and that the report says what was
+repaired.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import cli_args, oracle_expectation, run_cli, table_of
+
+from rl_assets.domain.experiment import ExperimentConfig
+
+NAME = "damaged"
+FIELDS = dict(steps=2, worlds=2, prompts=2, samples=1)
+CONFIG = ExperimentConfig(name=NAME, **FIELDS)
+
+
+def _train(home: Path) -> tuple[dict, str]:
+    proc = run_cli(home, "train", *cli_args(NAME, FIELDS), "--json")
+    return json.loads(proc.stdout), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def trained(home: Path) -> dict:
+    result, _ = _train(home)
+    table, weights = oracle_expectation(CONFIG)
+    assert table_of(result) == table and result["weights"] == weights
+    return result
+
+
+def _rewrite_payload(path: Path, change) -> None:
+    """Edit a record's payload but keep its old checksum, as a stray edit would."""
+    body = json.loads(path.read_text())
+    change(body["payload"])
+    path.write_text(json.dumps(body))
+
+
+def _assert_clean(result: dict, trained: dict) -> None:
+    assert table_of(result) == table_of(trained)
+    assert result["weights"] == trained["weights"]
+    assert result["counts"]["train_applications"] == FIELDS["steps"], "no step applied twice"
+
+
+def _repairs(home: Path) -> list[dict]:
+    return json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)["repairs"]
+
+
+def test_damaged_trajectory_and_missing_reward_are_rebuilt_from_intact_records(home, trained):
+    artifacts = home / "artifacts"
+    trajectory = artifacts / f"trajectories/{NAME}/s0/p0-n0.json"
+    _rewrite_payload(trajectory, lambda p: p.update(answer="tampered"))
+    (artifacts / f"rewards/{NAME}/v1/s1/p1-n0.json").unlink()
+    before = trained["counts"]
+
+    result, stderr = _train(home)
+
+    _assert_clean(result, trained)
+    counts = result["counts"]
+    assert counts["generate_attempts"] == before["generate_attempts"], "the cached rollout was reused"
+    assert counts["judge_calls"] == before["judge_calls"], "the recorded verdicts were reused"
+    assert "trial damaged/s0|p0-n0: trajectory record was damaged" in stderr
+    assert "trial damaged/s1|p1-n0: reward record is missing" in stderr
+    assert json.loads(trajectory.read_text())["payload"]["answer"] != "tampered"
+    assert list((home / "quarantine" / "trajectories" / NAME / "s0").glob("p0-n0.json.*")), "damaged copy kept"
+    repaired = {(r["kind"], r["unit"]) for r in _repairs(home) if r["repaired"]}
+    assert {("trial", "damaged/s0|p0-n0"), ("trial", "damaged/s1|p1-n0")} <= repaired
+
+
+def test_damaged_rollout_cache_is_regenerated_to_the_same_trajectory(home, trained, stores):
+    artifacts = home / "artifacts"
+    cached = next(
+        p
+        for p in (artifacts / "rollouts" / NAME).glob("*.json")
+        if json.loads(p.read_text())["payload"]["trial_id"] == "s1-p0-n0"
+    )
+    cached.write_text(cached.read_text()[:-7])  # truncated: no longer JSON
+    record = artifacts / f"trajectories/{NAME}/s1/p0-n0.json"
+    _rewrite_payload(record, lambda p: p.update(turns=[]))
+    before = stores.attempts.counts(NAME)
+
+    result, _ = _train(home)
+
+    _assert_clean(result, trained)
+    assert result["counts"]["generate_attempts"] == before["generate_attempts"] + 1, "only that rollout regenerated"
+    assert result["counts"]["judge_calls"] == before["judge_calls"], "same trajectory, so its verdict is reused"
+    assert json.loads(cached.read_text())["payload"]["trial_id"] == "s1-p0-n0"
+
+
+def test_modified_verdict_is_judged_again_and_the_extra_call_counted(home, trained, stores):
+    with stores.db.transaction() as cur:
+        cur.execute(
+            "SELECT verdict_key FROM rl_judge_attempts WHERE experiment = %s AND trial_id = 's0-p1-n0' LIMIT 1",
+            (NAME,),
+        )
+        key = cur.fetchone()[0]
+        cur.execute(
+            "UPDATE rl_verdicts SET verdict = jsonb_set(verdict, '{score}', '0.99') WHERE verdict_key = %s", (key,)
+        )
+    before = stores.attempts.counts(NAME)
+
+    result, stderr = _train(home)
+
+    _assert_clean(result, trained)
+    assert result["counts"]["judge_calls"] == before["judge_calls"] + 1
+    assert result["counts"]["generate_attempts"] == before["generate_attempts"]
+    assert "its verdict was modified" in stderr
+    report = json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
+    assert report["judge_calls"]["extra_call_causes"] == {"verdict damaged": 1}
+    assert stores.verdicts.get(key) is not None, "the verdict is recorded again, intact"
+
+
+def test_damaged_checkpoint_is_rederived_without_applying_the_step_again(home, trained, stores):
+    checkpoint = home / f"artifacts/checkpoints/{NAME}/v1/s1.json"
+    _rewrite_payload(checkpoint, lambda p: p["priors"]["w0"].__setitem__(0, 99.0))
+    ledger_before = stores.training.steps(NAME, "v1")
+
+    result, stderr = _train(home)
+
+    _assert_clean(result, trained)
+    assert "step damaged/s1: checkpoint record was damaged" in stderr
+    assert stores.training.steps(NAME, "v1") == ledger_before, "the ledger is untouched"
+    policy = stores.checkpoints.load(NAME, "v1", 1, expected_hash=ledger_before[1].policy_hash)
+    assert policy is not None
+
+
+def test_modified_world_is_rebuilt_to_its_recorded_hash(home, trained, stores):
+    world = home / "worlds" / "w1"
+    victim = next(p for p in sorted(world.rglob("*")) if p.is_file())
+    for path in (victim.parent, victim):
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    victim.write_text("rewritten behind the system's back")
+    recorded = (home / "worlds" / "w1.sha256").read_text()
+    before = stores.attempts.counts(NAME)
+
+    result, stderr = _train(home)
+
+    _assert_clean(result, trained)
+    assert "world w1: world w1 was modified after it was sealed" in stderr
+    assert victim.read_text() != "rewritten behind the system's back"
+    assert not os.access(victim, os.W_OK) or os.geteuid() == 0 and not victim.stat().st_mode & stat.S_IWUSR
+    assert (home / "worlds" / "w1.sha256").read_text() == recorded
+    assert result["counts"]["generate_attempts"] == before["generate_attempts"], "finished trials are not redone"
