@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import warnings
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -36,7 +36,8 @@ def _pydantic_message(err: ValidationError) -> str:
     first = err.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or "value"
     message = first["msg"].removeprefix("Value error, ")
-    return f"--{field.replace('_', '-')}: {message} (got {first.get('input')!r})"
+    flag = field.removesuffix("_s").replace("_", "-")  # ExecutionSettings' *_s fields are the --*-latency/timeout flags
+    return f"--{flag}: {message} (got {first.get('input')!r})"
 
 
 def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runtime]:
@@ -243,8 +244,15 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors on one line, like every other usage error (``--help`` still shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"rl-assets: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rl-assets", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="rl-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_home(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -16,6 +16,9 @@ import pytest
         (["--steps", "-1"], "--steps: Input should be greater than or equal to 1"),
         (["--rubric", "v9"], "--rubric: unknown rubric 'v9' (known: v1, v2-efficiency)"),
         (["--flaky-trial-rate", "1.5"], "--flaky-trial-rate: Input should be less than or equal to 1"),
+        (["--judge-flake-rate", "-0.2"], "--judge-flake-rate: Input should be greater than or equal to 0"),
+        (["--hang-trial-rate", "abc"], "argument --hang-trial-rate: invalid float value: 'abc'"),
+        (["--trial-timeout", "0"], "--trial-timeout: Input should be greater than 0"),
         (["--crash-driver-at-step", "3"], "--crash-driver-at-step: must be below --steps (3)"),
     ],
 )
