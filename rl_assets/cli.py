@@ -11,15 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.experiment import EXPERIMENT_NAME_PATTERN, ExperimentConfig
 from rl_assets.domain.rubrics import UnknownRubricError
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.home import Home
@@ -74,11 +76,20 @@ def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runti
         if err.errors()[0]["loc"] == ("name",):
             raise UsageError(f"--experiment: must match [a-z0-9][a-z0-9_-]* (got {args.experiment!r})") from None
         raise UsageError(_pydantic_message(err)) from None
-    except UnknownRubricError as err:
-        raise UsageError(f"--rubric: {err}") from None
     if runtime.faults.crash_driver_at_step is not None and runtime.faults.crash_driver_at_step >= config.steps:
         raise UsageError(f"--crash-driver-at-step: must be below --steps ({config.steps})")
     return config, runtime
+
+
+def _resolve_rubric(home: Home, name: str, stores=None) -> str:
+    """The rubric's name once it is known to be usable (and, with stores, pinned to its hash)."""
+    from rl_assets.stores.rubrics import RubricError, RubricRegistry
+
+    registry = stores.rubrics if stores is not None else RubricRegistry(home.rubrics)
+    try:
+        return registry.get(name).name
+    except (UnknownRubricError, RubricError) as err:
+        raise UsageError(f"--rubric: {err}") from None
 
 
 def _open(home: Home, with_ray: bool = True):
@@ -115,18 +126,19 @@ def _describe(p) -> str:
         return f"{p.config.name}: building worlds ({len(p.worlds_missing)} left)"
     if not p.steps:
         return f"{p.config.name}: starting"
-    s = p.steps[-1]
     if p.done:
-        return f"{p.config.name}: {p.config.steps}/{p.config.steps} steps trained"
+        return f"{p.config.name}: {p.config.steps}/{p.config.steps} steps trained (rubric {p.config.rubric})"
+    s = next(s for s in p.steps if not s.trained)
     phase = "training" if s.train_running else "rolling out"
     return (
-        f"{p.config.name}: step {s.step} ({s.step + 1} of {p.config.steps}) {phase}: "
+        f"{p.config.name} ({p.config.rubric}): step {s.step} ({s.step + 1} of {p.config.steps}) {phase}: "
         f"{s.count('ok')} ok, {s.count('failed')} failed, "
         f"{s.count('running')} running, {s.count('pending')} pending of {len(s.trials)} trials"
     )
 
 
-def _supervise(home: Home, stores, config: ExperimentConfig) -> None:
+def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None = None) -> None:
+    """Drive ``config`` (re-scored under ``rubric`` if given) to done, restarting a dead driver."""
     from dagster import DagsterInstance
 
     from rl_assets.driver.audit import audit
@@ -139,19 +151,19 @@ def _supervise(home: Home, stores, config: ExperimentConfig) -> None:
         for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks), config):
             print(f"rl-assets: {damage.kind} {damage.partition_key}: {damage.detail}; regenerating it", file=sys.stderr)
         attempts = 0
-        while not plan(instance, stores, config).done:
+        while not plan(instance, stores, config, rubric).done:
             attempts += 1
             if attempts > MAX_DRIVER_ATTEMPTS:
                 raise RuntimeError(f"the driver died {MAX_DRIVER_ATTEMPTS} times; see {home.logs}")
             with open(home.logs / "driver.log", "ab") as log:
                 driver = subprocess.Popen(
-                    [sys.executable, "-m", "rl_assets.driver.loop", config.name],
+                    [sys.executable, "-m", "rl_assets.driver.loop", config.name, *([rubric] if rubric else [])],
                     stdout=log,
                     stderr=subprocess.PIPE,
                     stdin=subprocess.DEVNULL,
                 )
             while driver.poll() is None:
-                progress.show(_describe(plan(instance, stores, config)))
+                progress.show(_describe(plan(instance, stores, config, rubric)))
                 time.sleep(0.5)
             err = driver.stderr.read().decode() if driver.stderr else ""
             if driver.returncode == EXIT_BUSY:
@@ -162,7 +174,7 @@ def _supervise(home: Home, stores, config: ExperimentConfig) -> None:
                 raise RuntimeError(err.strip())
             if driver.returncode != 0:
                 progress.show(f"{config.name}: driver exited with {driver.returncode}; restarting it")
-        progress.show(_describe(plan(instance, stores, config)))
+        progress.show(_describe(plan(instance, stores, config, rubric)))
     progress.close()
 
 
@@ -172,13 +184,86 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
 
+    _resolve_rubric(home, config.rubric)
     stores = _open(home)
+    _resolve_rubric(home, config.rubric, stores)
     try:
         stores.experiments.create_or_resume(config, runtime)
     except ExperimentConflictError as err:
         raise UsageError(str(err)) from None
     _supervise(home, stores, config)
     _print_result(experiment_result(stores, config), args.json, format_table)
+    return 0
+
+
+def _existing(stores, name: str, flag: str = "--experiment") -> ExperimentConfig:
+    from rl_assets.stores.experiments import UnknownExperimentError
+
+    try:
+        return stores.experiments.get(name)
+    except UnknownExperimentError as err:
+        raise UsageError(f"{flag}: {err}") from None
+
+
+def cmd_rescore(args: argparse.Namespace) -> int:
+    from dagster import DagsterInstance
+
+    from rl_assets.driver.planner import plan
+    from rl_assets.results import experiment_result, format_table
+
+    home = Home.resolve(args.home)
+    _resolve_rubric(home, args.rubric)
+    stores = _open(home)
+    config = _existing(stores, args.experiment)
+    rubric = _resolve_rubric(home, args.rubric, stores)
+    with DagsterInstance.get() as instance:
+        if not plan(instance, stores, config).done:
+            raise UsageError(f"experiment {config.name!r} is not trained yet; finish it with `rl-assets train` first")
+    if rubric != config.rubric:
+        stores.scorings.request(config.name, rubric, requested_by="cli")
+        _supervise(home, stores, config, rubric)
+    _print_result(experiment_result(stores, config.scored_with(rubric)), args.json, format_table)
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    from rl_assets.results import experiment_result, format_table
+    from rl_assets.stores.experiments import ExperimentConflictError
+
+    if not re.fullmatch(EXPERIMENT_NAME_PATTERN, args.experiment):
+        raise UsageError(f"--experiment: must match [a-z0-9][a-z0-9_-]* (got {args.experiment!r})")
+    home = Home.resolve(args.home)
+    _resolve_rubric(home, args.rubric)
+    stores = _open(home)
+    parent = _existing(stores, args.parent, "--from")
+    rubric = _resolve_rubric(home, args.rubric, stores)
+    fork = parent.model_copy(update={"name": args.experiment, "rubric": rubric})
+    try:
+        stores.experiments.create_or_resume(fork, Runtime(), forked_from=parent.name)
+    except ExperimentConflictError as err:
+        raise UsageError(str(err)) from None
+    _supervise(home, stores, fork)
+    _print_result(experiment_result(stores, fork), args.json, format_table)
+    return 0
+
+
+def cmd_rubrics(args: argparse.Namespace) -> int:
+    from rl_assets.stores.rubrics import RubricError
+
+    stores = _open(Home.resolve(args.home), with_ray=False)
+    if args.add:
+        try:
+            rubric = stores.rubrics.add(Path(args.add))
+        except RubricError as err:
+            raise UsageError(f"--add: {err}") from None
+        print(f"registered rubric {rubric.name} ({rubric.content_hash})", file=sys.stderr)
+    for name, r in stores.rubrics.all().items():
+        print(
+            f"{name:<20} {r.content_hash}  correctness {r.correctness_weight:g}, "
+            f"efficiency {r.efficiency_weight:g}, tidiness {r.tidiness_weight:g}"
+        )
+    for problem in stores.rubrics.problems():
+        print(f"unusable: {problem}", file=sys.stderr)
     return 0
 
 
@@ -297,6 +382,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     train.set_defaults(func=cmd_train)
+
+    rescore = with_home(
+        sub.add_parser("rescore", help="judge a trained experiment's trajectories under another rubric and retrain")
+    )
+    rescore.add_argument("--experiment", required=True, help="a trained experiment")
+    rescore.add_argument("--rubric", required=True, help="rubric to re-score with (see `rl-assets rubrics`)")
+    rescore.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    rescore.set_defaults(func=cmd_rescore)
+
+    fork = with_home(
+        sub.add_parser("fork", help="a new experiment under another rubric, reusing every unchanged rollout")
+    )
+    fork.add_argument("--from", dest="parent", required=True, help="the experiment to fork")
+    fork.add_argument("--experiment", required=True, help="name of the new experiment")
+    fork.add_argument("--rubric", required=True, help="rubric of the new experiment")
+    fork.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    fork.set_defaults(func=cmd_fork)
+
+    rubrics = with_home(sub.add_parser("rubrics", help="list the rubric registry, or add a rubric file to it"))
+    rubrics.add_argument("--add", metavar="FILE", help="a <name>.json rubric to validate and register")
+    rubrics.set_defaults(func=cmd_rubrics)
 
     status = with_home(sub.add_parser("status", help="show an experiment's progress and table"))
     status.add_argument("--experiment", required=True)

@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import dagster as dg
 
-from rl_assets.assets import rewards, trajectories, weights, worlds
-from rl_assets.driver.launchpad import start_experiment_job
-from rl_assets.driver.sensor import driver_sensor
-from rl_assets.jobs import train_job, trial_job, world_job
+from rl_assets.assets import rewards, rubrics, trajectories, weights, worlds
+from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_job, start_experiment_job
+from rl_assets.driver.sensor import driver_sensor, rubric_sensor
+from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.resources.world_store import WorldStoreResource
 
 defs = dg.Definitions(
-    assets=[worlds, trajectories, rewards, weights],
-    jobs=[world_job, trial_job, train_job, start_experiment_job],
-    sensors=[driver_sensor],
+    assets=[rubrics, worlds, trajectories, rewards, weights],
+    jobs=[
+        world_job,
+        trial_job,
+        judge_job,
+        train_job,
+        start_experiment_job,
+        fork_experiment_job,
+        rescore_experiment_job,
+    ],
+    sensors=[driver_sensor, rubric_sensor],
     resources={
         "stores": StoresResource(home=dg.EnvVar("RL_ASSETS_HOME")),
         "world_store": WorldStoreResource(home=dg.EnvVar("RL_ASSETS_HOME")),
@@ -46,6 +54,10 @@ def get_trial_job() -> dg.JobDefinition:
     return get_job("trial_job")
 
 
+def get_judge_job() -> dg.JobDefinition:
+    return get_job("judge_job")
+
+
 def get_train_job() -> dg.JobDefinition:
     return get_job("train_job")
 
@@ -53,5 +65,6 @@ def get_train_job() -> dg.JobDefinition:
 RECONSTRUCTABLE_JOBS = {
     "world_job": get_world_job,
     "trial_job": get_trial_job,
+    "judge_job": get_judge_job,
     "train_job": get_train_job,
 }

@@ -44,6 +44,11 @@ class Home:
         return self.root / "worlds"
 
     @property
+    def rubrics(self) -> Path:
+        """User rubrics, one ``<name>.json`` each, beside the built-in ones."""
+        return self.root / "rubrics"
+
+    @property
     def forks(self) -> Path:
         return self.root / "forks"
 

@@ -3,7 +3,12 @@
 - ``world_job``: build and seal one world;
 - ``trial_job``: one trial, as two steps (generate, then judge) in separate
   processes with their own retries: a crash while judging never regenerates;
+- ``judge_job``: one trial's judging alone, for re-scoring stored trajectories;
 - ``train_job``: one training step on the Ray trainer.
+
+Judging and training read the rubric from the run's ``rl/rubric`` tag (the
+experiment's own rubric when absent), so a re-scoring, whether launched by
+the driver or as a backfill from the UI, is the same assets under a tag.
 """
 
 from __future__ import annotations
@@ -12,11 +17,7 @@ import dagster as dg
 
 from rl_assets.assets import rewards, trajectories, weights, worlds
 from rl_assets.assets.partitions import STEP, TRIAL, WORLD
-
-KIND_TAG = "rl/kind"
-EXPERIMENT_TAG = "rl/experiment"
-PARTITION_TAG = "rl/partition"
-WORKER_PID_TAG = "rl/worker_pid"
+from rl_assets.tags import KIND_TAG
 
 world_job = dg.define_asset_job(
     "world_job",
@@ -34,6 +35,15 @@ trial_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
     tags={KIND_TAG: "trial"},
     description="One trial, in its own process: its rollout (in a sandbox process), then its judging.",
+)
+
+judge_job = dg.define_asset_job(
+    "judge_job",
+    selection=[rewards],
+    partitions_def=TRIAL,
+    executor_def=dg.in_process_executor,
+    tags={KIND_TAG: "judge"},
+    description="Judge one stored trajectory under the run's rubric (re-scoring); never generates.",
 )
 
 train_job = dg.define_asset_job(

@@ -9,16 +9,26 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
 
 
-def test_definitions_validate_and_the_graph_is_worlds_trajectories_rewards_weights():
+def test_definitions_validate_and_the_graph_is_worlds_trajectories_rewards_weights_with_rubrics_into_rewards():
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     parents = {
         k.to_user_string(): sorted(p.to_user_string() for p in graph.get(k).parent_keys)
         for k in graph.get_all_asset_keys()
     }
-    assert parents == {"worlds": [], "trajectories": ["worlds"], "rewards": ["trajectories"], "weights": ["rewards"]}
+    assert parents == {
+        "rubrics": [],
+        "worlds": [],
+        "trajectories": ["worlds"],
+        "rewards": ["rubrics", "trajectories"],
+        "weights": ["rewards"],
+    }
+    assert graph.get(dg.AssetKey("rubrics")).is_observable, "a rubric change marks rewards stale, nothing upstream"
     mapping = graph.get_partition_mapping(dg.AssetKey("weights"), dg.AssetKey("rewards"))
     assert isinstance(mapping, dg.MultiToSingleDimensionPartitionMapping)
+    assert graph.get(dg.AssetKey("weights")).backfill_policy == dg.BackfillPolicy.single_run(), (
+        "a retraining backfill trains the chain in one run, in step order"
+    )
 
 
 def test_launchpad_config_is_typed_and_documented(home):

@@ -65,7 +65,7 @@ def test_trials_are_sorted_by_trial_id_and_map_prompts_to_worlds():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("worlds", 0), ("steps", -1), ("samples", 0), ("lr", -0.5), ("rubric", "nope"), ("name", "Bad|Name")],
+    [("worlds", 0), ("steps", -1), ("samples", 0), ("lr", -0.5), ("rubric", "no spaces allowed"), ("name", "Bad|Name")],
 )
 def test_bad_config_is_rejected(field, value):
     with pytest.raises((ValidationError, ValueError)):

@@ -8,7 +8,7 @@ because the verdict was recorded first.
 import dagster as dg
 
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
-from rl_assets.domain.rubrics import get_rubric
+from rl_assets.assets.rubrics import run_rubric
 from rl_assets.domain.scoring import reward_of
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import StoresResource
@@ -21,11 +21,11 @@ class InjectedJudgeFault(RuntimeError):
 
 @dg.asset(
     partitions_def=TRIAL,
-    deps=["trajectories"],
+    deps=["trajectories", "rubrics"],
     code_version="reward-v1",
     group_name="rl",
     pool="judge",
-    description="One trial's reward: verifier correctness plus the judge's score under the experiment's rubric.",
+    description="One trial's reward: verifier correctness plus the judge's score, under the run's rubric.",
 )
 def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: JudgeResource) -> dg.MaterializeResult:
     experiment, step, slot = parse_trial_partition(context.partition_key)
@@ -33,6 +33,8 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     config = state.experiments.get(experiment)
     runtime = state.experiments.runtime(experiment)
     trial_id = config.trial(step, slot).trial_id
+    if trial_id in state.attempts.failed_trials(experiment):
+        raise dg.Failure(f"{trial_id} failed for good before it was judged; there is nothing to judge")
     try:
         trajectory = state.trials.trajectory(experiment, step, slot)
         problem = None if trajectory is not None else "its trajectory record is missing"
@@ -42,7 +44,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     if problem is not None:
         state.damage.report("trial", context.partition_key, problem)
         raise dg.Failure(f"{trial_id}: {problem}; the driver runs the trial again", allow_retries=False)
-    rubric = get_rubric(config.rubric)
+    rubric = run_rubric(context, state, config)
     attempt = context.retry_number
     key = judge.key(experiment, trajectory, rubric)
     cache_hit: bool | None = None

@@ -2,8 +2,9 @@
 
 The trajectory's identity is the hash of what determines it (trial spec,
 world hash, policy hash, agent version). An identity already in the rollout
-cache is reused, not regenerated: that is what makes a rerun after a crash,
-and later a fork of the experiment, cost nothing for unchanged trials.
+cache (the experiment's own, or that of an experiment it was forked from) is
+reused, not regenerated: that is what makes a rerun after a crash, and a fork,
+cost nothing for unchanged trials.
 """
 
 import dagster as dg
@@ -55,20 +56,14 @@ def trajectories(
         }
     )
     attempt = context.retry_number
-    try:
-        trajectory = state.trials.cached_rollout(experiment, identity)
-    except CorruptArtifactError as err:
-        context.log.warning(f"cached rollout of {spec.trial_id} is damaged ({err}); quarantined, regenerating it")
-        state.artifacts.quarantine(err.path)
-        trajectory = None
-    source = "reused"
+    trajectory, source = _reusable(context, state, experiment, identity)
     fork_kind = "none"
     if trajectory is None:
-        source = "generated"
         trajectory, fork_kind = _generate(
             context, state, world_store, config, runtime, spec, policy, world_hash, identity, attempt
         )
-        state.trials.cache_rollout(experiment, identity, trajectory)
+    if source != "reused":
+        state.trials.cache_rollout(experiment, identity, trajectory)  # the experiment's own copy from now on
     state.trials.save_trajectory(experiment, step, slot, trajectory)
     return dg.MaterializeResult(
         metadata={
@@ -88,6 +83,27 @@ def trajectories(
         },
         data_version=dg.DataVersion(trajectory.content_hash),
     )
+
+
+def _reusable(
+    context: dg.AssetExecutionContext, state: Stores, experiment: str, identity: str
+) -> tuple[Trajectory | None, str]:
+    """A stored rollout with this identity: the experiment's own, else one of the experiments it forks.
+
+    Identity covers everything that determines a rollout, so a match is the
+    rollout this trial would generate; a damaged cache entry is quarantined and
+    not used.
+    """
+    for owner in [experiment, *state.experiments.ancestors(experiment)]:
+        try:
+            trajectory = state.trials.cached_rollout(owner, identity)
+        except CorruptArtifactError as err:
+            context.log.warning(f"cached rollout {err.path} is damaged; quarantined, not reused")
+            state.artifacts.quarantine(err.path)
+            continue
+        if trajectory is not None:
+            return trajectory, "reused" if owner == experiment else f"reused from {owner}"
+    return None, "generated"
 
 
 def _generate(

@@ -1,14 +1,18 @@
-"""``weights``: one training step, applied exactly once by the Ray trainer.
+"""``weights``: one training step, applied exactly once by the Ray trainer, per rubric.
 
 The batch is canonical: the step's rewards sorted by trial id, read from the
 reward store for the trials the experiment planned. A trial that failed for
 good is absent (``skip``), or takes its prompt group with it (``mask-group``).
 """
 
+from collections import defaultdict
+from typing import Any
+
 import dagster as dg
 
 from rl_assets.assets.partitions import STEP, trial_partition_key
 from rl_assets.assets.policy import parent_policy
+from rl_assets.assets.rubrics import run_rubric
 from rl_assets.domain.bandit import canonical_batch, step_summary
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.domain.models import Reward
@@ -55,32 +59,23 @@ def step_batch(state: Stores, config: ExperimentConfig, step: int) -> tuple[list
     return canonical_batch(list(present.values())), sorted(missing)
 
 
-@dg.asset(
-    partitions_def=STEP,
-    deps=[dg.AssetDep("rewards", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("step"))],
-    code_version="weights-v1",
-    group_name="rl",
-    pool="train",
-    description="The policy after one training step (bandit priors), checkpointed and ledgered.",
-)
-def weights(
-    context: dg.AssetExecutionContext, stores: StoresResource, trainer: TrainerResource
-) -> dg.MaterializeResult:
-    experiment, step = parse_step_key(context.partition_key)
-    state = stores.stores
-    config = state.experiments.get(experiment)
+def _train_step(
+    context: dg.AssetExecutionContext, state: Stores, trainer: TrainerResource, config: ExperimentConfig, step: int
+) -> dict[str, Any]:
+    """Train one step of ``config`` (already seen under the run's rubric); returns its metadata."""
     parent = parent_policy(state, config, step)
     batch, left_out = step_batch(state, config, step)
     policy, applied, applied_now = trainer.train_step(
-        state.training, state.checkpoints, experiment, config.rubric, step, parent, batch, config.lr
+        state.training, state.checkpoints, config.name, config.rubric, step, parent, batch, config.lr
     )
-    state.damage.repaired("step", context.partition_key)
-    mean_reward, mean_turns = step_summary(batch)
+    state.damage.repaired("step", config.step_key(step))
+    where = f"step {step} of {config.name} under {config.rubric}"
     if applied_now:
-        context.log.info(f"applied step {step} of {experiment}: version {policy.version} by actor {applied.actor_pid}")
+        context.log.info(f"applied {where}: version {policy.version} by actor {applied.actor_pid}")
     else:
-        context.log.info(f"step {step} of {experiment} was already applied; reusing its checkpoint")
-    metadata: dict[str, dg.RawMetadataValue] = {
+        context.log.info(f"{where} was already applied; reusing its checkpoint")
+    mean_reward, mean_turns = step_summary(batch)
+    metadata: dict[str, Any] = {
         "step": step,
         "trials_planned": len(config.trials(step)),
         "trials_ok": len(batch),
@@ -95,4 +90,35 @@ def weights(
     if mean_reward is not None:
         metadata["mean_reward"] = dg.MetadataValue.float(mean_reward)
         metadata["mean_turns"] = dg.MetadataValue.float(mean_turns)
-    return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(policy.content_hash))
+    return metadata
+
+
+@dg.asset(
+    partitions_def=STEP,
+    deps=[dg.AssetDep("rewards", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("step"))],
+    code_version="weights-v1",
+    group_name="rl",
+    pool="train",
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    description="The policy after one training step (bandit priors), checkpointed and ledgered.",
+)
+def weights(
+    context: dg.AssetExecutionContext, stores: StoresResource, trainer: TrainerResource
+) -> dg.MaterializeResult:
+    """One step normally; a whole chain, in step order, when a backfill retrains after re-scoring."""
+    state = stores.stores
+    chains: dict[str, list[int]] = defaultdict(list)
+    for key in context.partition_keys:
+        experiment, step = parse_step_key(key)
+        chains[experiment].append(step)
+    trained: list[dict[str, Any]] = []
+    for experiment, steps in sorted(chains.items()):
+        config = state.experiments.get(experiment)
+        scored = config.scored_with(run_rubric(context, state, config).name)
+        if len(steps) > 1:
+            context.log.info(f"retraining {experiment} under {scored.rubric} in step order: {sorted(steps)}")
+        trained += [_train_step(context, state, trainer, scored, step) for step in sorted(steps)]
+    if len(trained) == 1:
+        metadata = trained[0]
+        return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(str(metadata["policy_hash"])))
+    return dg.MaterializeResult(metadata={"steps": dg.MetadataValue.json(trained)})

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from rl_assets.domain.hashing import content_hash
-from rl_assets.domain.models import TrialSpec
-from rl_assets.domain.rubrics import get_rubric
+from rl_assets.domain.models import RUBRIC_NAME_PATTERN, TrialSpec
 
 EXPERIMENT_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,39}$"
 
@@ -35,7 +34,9 @@ class ExperimentConfig(BaseModel):
     samples: int = Field(2, ge=1, description="Samples (trials) per prompt.")
     lr: float = Field(2.0, ge=0, description="Bandit learning rate.")
     max_turns: int = Field(6, ge=1, description="Document reads allowed per trial.")
-    rubric: str = Field("v1", description="Rubric name used to judge trajectories.")
+    rubric: str = Field(
+        "v1", pattern=RUBRIC_NAME_PATTERN, description="Rubric (built-in or in the home's registry) to judge with."
+    )
     generate_retries: int = Field(2, ge=0, description="Retries of a trial's rollout before it fails for good.")
     judge_retries: int = Field(2, ge=0, description="Retries of a trial's judging before it fails for good.")
     failed_trial_policy: Literal["skip", "mask-group"] = Field(
@@ -45,12 +46,6 @@ class ExperimentConfig(BaseModel):
             "'mask-group' drops every trial of its prompt group."
         ),
     )
-
-    @field_validator("rubric")
-    @classmethod
-    def _known_rubric(cls, value: str) -> str:
-        get_rubric(value)
-        return value
 
     @property
     def config_hash(self) -> str:
@@ -84,6 +79,10 @@ class ExperimentConfig(BaseModel):
             for n in range(self.samples)
         ]
         return sorted(specs, key=lambda s: s.trial_id)
+
+    def scored_with(self, rubric: str) -> ExperimentConfig:
+        """The same experiment seen under another rubric: what re-scoring judges and trains with."""
+        return self.model_copy(update={"rubric": rubric})
 
     def trial(self, step: int, slot: str) -> TrialSpec:
         """The spec of trial ``slot`` of ``step``; a clear error if it is not planned."""

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rl_assets.domain.hashing import content_hash
 
+RUBRIC_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 N_DOCS = 8
 """Documents per world; the policy's prior has one weight per document."""
 
@@ -31,10 +32,10 @@ class Record(BaseModel):
 class Rubric(Record):
     """The judge's scoring weights. A rubric is an input to judging only."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    correctness_weight: float = Field(ge=0)
-    efficiency_weight: float = Field(ge=0)
-    tidiness_weight: float = Field(ge=0)
+    name: str = Field(pattern=RUBRIC_NAME_PATTERN)
+    correctness_weight: float = Field(ge=0, allow_inf_nan=False)
+    efficiency_weight: float = Field(ge=0, allow_inf_nan=False)
+    tidiness_weight: float = Field(ge=0, allow_inf_nan=False)
 
 
 class Policy(Record):

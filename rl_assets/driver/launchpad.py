@@ -1,7 +1,10 @@
-"""Start an experiment from the Dagster launchpad: ``start_experiment_job``.
+"""Start, fork and re-score experiments from the Dagster launchpad.
 
-The job only records the experiment (refusing a changed config, like the CLI);
-the driver sensor then builds its worlds and runs its steps.
+Each job only records what is wanted (refusing a changed config or an
+unknown rubric, like the CLI); the driver sensor then launches the runs.
+``start_experiment_job`` records a new experiment; ``fork_experiment_job`` a
+copy of one under another rubric, which reuses every rollout whose identity
+is unchanged; ``rescore_experiment_job`` a re-scoring of a finished one.
 """
 
 from typing import Literal
@@ -51,3 +54,48 @@ def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConf
 @dg.job(description="Start (or resume) an experiment from the launchpad.")
 def start_experiment_job() -> None:
     start_experiment()
+
+
+class ForkExperimentConfig(dg.Config):
+    """A new experiment: the parent's config under another rubric, reusing unchanged rollouts."""
+
+    parent: str = Field(description="The experiment to fork.")
+    name: str = Field(description=_E["name"].description)
+    rubric: str = Field(description="Rubric of the fork (built-in or in the home's registry).")
+
+
+@dg.op(description="Record a fork of an experiment; the driver sensor then trains it.")
+def fork_experiment(context: dg.OpExecutionContext, config: ForkExperimentConfig, stores: StoresResource) -> None:
+    state = stores.stores
+    rubric = state.rubrics.get(config.rubric)
+    fork = state.experiments.get(config.parent).model_copy(update={"name": config.name, "rubric": rubric.name})
+    fork = ExperimentConfig.model_validate(fork.model_dump())
+    created = state.experiments.create_or_resume(fork, Runtime(), forked_from=config.parent)
+    context.log.info(f"fork {fork.name} of {config.parent} {'created' if created else 'already exists; resuming'}")
+
+
+@dg.job(description="Fork an experiment under another rubric from the launchpad.")
+def fork_experiment_job() -> None:
+    fork_experiment()
+
+
+class RescoreExperimentConfig(dg.Config):
+    """Judge a finished experiment's stored trajectories under another rubric and retrain from them."""
+
+    experiment: str = Field(description="The finished experiment to re-score.")
+    rubric: str = Field(description="Rubric to re-score with (built-in or in the home's registry).")
+
+
+@dg.op(description="Record a re-scoring; the driver sensor then judges and retrains, never generating.")
+def rescore_experiment(context: dg.OpExecutionContext, config: RescoreExperimentConfig, stores: StoresResource) -> None:
+    state = stores.stores
+    state.experiments.get(config.experiment)
+    rubric = state.rubrics.get(config.rubric)
+    new = state.scorings.request(config.experiment, rubric.name, requested_by=f"launchpad run {context.run_id}")
+    status = "requested" if new else "already requested"
+    context.log.info(f"re-scoring of {config.experiment} with {rubric.name} {status}")
+
+
+@dg.job(description="Re-score a finished experiment under another rubric from the launchpad.")
+def rescore_experiment_job() -> None:
+    rescore_experiment()

@@ -1,4 +1,6 @@
-"""The CLI's driver process: ``python -m rl_assets.driver.loop EXPERIMENT``.
+"""The CLI's driver process: ``python -m rl_assets.driver.loop EXPERIMENT [RUBRIC]``.
+
+With a rubric other than the experiment's own, it drives a re-scoring.
 
 Each pass reaps runs whose worker died, plans from durable state, and starts
 the runs the plan asks for, at most ``max_concurrent_trials`` trials at once.
@@ -59,7 +61,7 @@ def _ensure_trainer_cluster(home: Home) -> None:
         head.ensure_running()
 
 
-def drive(experiment: str, home: Home) -> int:
+def drive(experiment: str, home: Home, rubric: str | None = None) -> int:
     db = Database.from_env()
     stores = Stores(home.root, db)
     lock_conn = db.info.connect()
@@ -79,7 +81,7 @@ def drive(experiment: str, home: Home) -> int:
         _ensure_partitions(instance, TRIAL_SLOT.name, config.trial_slots())
         while True:
             reap_dead_runs(instance, experiment)
-            p = plan(instance, stores, config)
+            p = plan(instance, stores, config, rubric)
             crash_at = runtime.faults.crash_driver_at_step
             if crash_at is not None and attempt == 1 and p.steps_trained > crash_at:
                 os.kill(os.getpid(), signal.SIGKILL)  # injected driver crash
@@ -89,14 +91,15 @@ def drive(experiment: str, home: Home) -> int:
             _ensure_partitions(instance, STEP.name, [s.key for s in p.steps])
             workers = {rid: w for rid, w in workers.items() if w.is_alive()}
             for launch in p.launches:
-                if launch.job != "trial_job" and launch.generation >= MAX_RUNS_PER_UNIT:
+                if launch.job not in ("trial_job", "judge_job") and launch.generation >= MAX_RUNS_PER_UNIT:
                     print(
                         f"{launch.job} {launch.partition_key} failed {launch.generation} times; giving up; "
                         f"see the run logs in {home.logs}",
                         file=sys.stderr,
                     )
                     return EXIT_GAVE_UP
-                if launch.job == "trial_job" and len(workers) >= runtime.execution.max_concurrent_trials:
+                unit = launch.job in ("trial_job", "judge_job")
+                if unit and len(workers) >= runtime.execution.max_concurrent_trials:
                     continue
                 if launch.job == "train_job":
                     _ensure_trainer_cluster(home)
@@ -106,4 +109,4 @@ def drive(experiment: str, home: Home) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(drive(sys.argv[1], Home.resolve()))
+    sys.exit(drive(sys.argv[1], Home.resolve(), sys.argv[2] if len(sys.argv) > 2 else None))

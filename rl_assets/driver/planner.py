@@ -21,8 +21,8 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.jobs import EXPERIMENT_TAG, PARTITION_TAG
 from rl_assets.resources.stores import Stores
+from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, RUBRIC_TAG
 
 ACTIVE_STATUSES = {
     DagsterRunStatus.NOT_STARTED,
@@ -102,30 +102,51 @@ def _partition_tags(partition_key: str, dims: dict[str, str] | None = None) -> d
     return tags
 
 
-def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig) -> Plan:
-    """The experiment's status and the runs to launch next."""
+def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, rubric: str | None = None) -> Plan:
+    """The experiment's status under ``rubric`` (default: its own) and the runs to launch next.
+
+    Under its own rubric an experiment is generated, judged and trained. Under
+    another rubric it is *re-scored*: its stored trajectories are judged again
+    and a second weights chain is trained from them, in step order; nothing is
+    generated, and the first chain's records stay as they are.
+    """
+    scoring = config.scored_with(rubric or config.rubric)
+    rescoring = scoring.rubric != config.rubric
     runs = instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: config.name}))
-    by_partition: dict[str, list] = defaultdict(list)
+    by_unit: dict[tuple[str, str], list] = defaultdict(list)
     for run in runs:
-        by_partition[run.tags.get(PARTITION_TAG, "")].append(run)
+        by_unit[(run.tags.get(PARTITION_TAG, ""), run.tags.get(RUBRIC_TAG, config.rubric))].append(run)
 
     def run_counts(key: str) -> tuple[bool, int]:
-        rs = by_partition.get(key, [])
+        rs = by_unit.get((key, scoring.rubric), [])
         return any(r.status in ACTIVE_STATUSES for r in rs), len(rs)
 
-    base_tags = {EXPERIMENT_TAG: config.name}
+    base_tags = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}
     launches: list[Launch] = []
-    built = instance.get_materialized_partitions(dg.AssetKey("worlds")) - stores.damage.open_keys("world")
-    worlds_missing = [w for w in config.world_ids if w not in built]
-    for world_id in worlds_missing:
-        active, count = run_counts(world_id)
-        if not active:
-            launches.append(Launch("world_job", world_id, {**base_tags, **_partition_tags(world_id)}, count))
-    if worlds_missing:
-        return Plan(config, worlds_missing, [], launches)
+    if not rescoring:
+        built = instance.get_materialized_partitions(dg.AssetKey("worlds")) - stores.damage.open_keys("world")
+        worlds_missing = [w for w in config.world_ids if w not in built]
+        for world_id in worlds_missing:
+            active, count = run_counts(world_id)
+            if not active:
+                launches.append(Launch("world_job", world_id, {**base_tags, **_partition_tags(world_id)}, count))
+        if worlds_missing:
+            return Plan(scoring, worlds_missing, [], launches)
 
-    rewarded = instance.get_materialized_partitions(dg.AssetKey("rewards")) - stores.damage.open_keys("trial")
-    trained_keys = instance.get_materialized_partitions(dg.AssetKey("weights")) - stores.damage.open_keys("step")
+    damaged_trials = stores.damage.open_keys("trial")
+    if rescoring:
+        rewarded = {
+            str(trial_partition_key(config, s, slot))
+            for s in range(config.steps)
+            for slot in config.trial_slots()
+            if stores.trials.has_reward(config.name, scoring.rubric, s, slot)
+        } - damaged_trials
+        trained_keys = {config.step_key(s) for s in range(config.steps)}
+    else:
+        rewarded = instance.get_materialized_partitions(dg.AssetKey("rewards")) - damaged_trials
+        trained_keys = instance.get_materialized_partitions(dg.AssetKey("weights"))
+    trained_keys -= stores.damage.open_keys("step")
+    unit_job = "judge_job" if rescoring else "trial_job"
     failed = stores.attempts.failed_trials(config.name)
     steps: list[StepStatus] = []
     for s in range(config.steps):
@@ -145,15 +166,16 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig) ->
             else:
                 state = "pending"
                 tags = {**base_tags, **_partition_tags(key, {"step": step_key, "trial": slot})}
-                launches.append(Launch("trial_job", key, tags, count))
+                launches.append(Launch(unit_job, key, tags, count))
             trials.append(TrialStatus(spec.trial_id, key, state, count))
-        ledgered = stores.training.get(config.name, config.rubric, s) is not None
+        ledgered = stores.training.get(config.name, scoring.rubric, s) is not None
         trained = ledgered and step_key in trained_keys
         train_active, train_count = run_counts(step_key)
         all_terminal = all(t.state in ("ok", "failed") for t in trials)
-        if all_terminal and not trained and not train_active:
+        chain_ready = not steps or steps[-1].trained
+        if all_terminal and chain_ready and not trained and not train_active:
             launches.append(Launch("train_job", step_key, {**base_tags, **_partition_tags(step_key)}, train_count))
         steps.append(StepStatus(s, step_key, trials, trained, train_active))
-        if not trained:
-            break
-    return Plan(config, [], steps, launches)
+        if not trained and not rescoring:
+            break  # the next step's rollouts need this step's policy
+    return Plan(scoring, [], steps, launches)

@@ -20,8 +20,8 @@ from dagster import DagsterInstance, DagsterRun, RunsFilter
 from rl_assets.definitions import RECONSTRUCTABLE_JOBS
 from rl_assets.driver.planner import ACTIVE_STATUSES, Launch
 from rl_assets.driver.run_worker import run_in_child
-from rl_assets.jobs import EXPERIMENT_TAG, WORKER_PID_TAG
 from rl_assets.services.processes import identity_alive, process_identity
+from rl_assets.tags import EXPERIMENT_TAG, WORKER_PID_TAG
 
 LAUNCHED_BY_TAG = "rl/launched_by"
 UNCLAIMED_GRACE_S = 60.0

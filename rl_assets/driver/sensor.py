@@ -1,21 +1,37 @@
-"""The driver as a Dagster sensor, for ``dagster dev`` and Kubernetes.
+"""The driver as Dagster sensors, for ``dagster dev`` and Kubernetes.
 
-Each tick plans every unfinished experiment that no CLI driver holds and
-requests its runs with deterministic run keys (job, partition, generation),
-so a second tick, or a second daemon, never launches the same unit twice.
-Needed dynamic partitions are added in the same tick, before the runs.
+``driver_sensor`` plans every unfinished experiment, and every requested
+re-scoring, that no CLI driver holds, and requests their runs with
+deterministic run keys (job, partition, rubric, generation), so a second
+tick, or a second daemon, never launches the same unit twice. Needed dynamic
+partitions are added in the same tick, before the runs.
+
+``rubric_sensor`` (off by default; turn it on in the UI's sensor list or with
+``dagster sensor start rubric_sensor``) watches the rubric registry; when a
+new rubric appears it requests the re-scoring of the finished experiments
+named in ``RL_ASSETS_RESCORE_EXPERIMENTS`` (comma-separated, ``*`` for all),
+records the new ``rubrics`` data version, and starts the first runs. Its
+cursor holds the rubrics already seen, and requests are idempotent, so a
+rubric triggers one re-scoring however often the sensor ticks.
 """
 
+import json
+import os
+
 import dagster as dg
+from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
-from rl_assets.driver.planner import driver_lock_id, plan
-from rl_assets.jobs import train_job, trial_job, world_job
-from rl_assets.resources.stores import StoresResource
+from rl_assets.driver.planner import Plan, driver_lock_id, plan
+from rl_assets.jobs import judge_job, train_job, trial_job, world_job
+from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.tags import RUBRIC_TAG
+
+RESCORE_EXPERIMENTS_ENV = "RL_ASSETS_RESCORE_EXPERIMENTS"
 
 
-def _held_by_cli_driver(stores: StoresResource, experiment: str) -> bool:
-    conn = stores.stores.db.connection()
+def _held_by_cli_driver(state: Stores, experiment: str) -> bool:
+    conn = state.db.connection()
     lock_id = driver_lock_id(experiment)
     with conn, conn.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(%s)", (lock_id,))
@@ -25,40 +41,99 @@ def _held_by_cli_driver(stores: StoresResource, experiment: str) -> bool:
     return not acquired
 
 
-@dg.sensor(
-    jobs=[world_job, trial_job, train_job],
-    minimum_interval_seconds=5,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Opens step s+1 of every experiment when step s is trained; launches missing units.",
-)
-def driver_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -> dg.SensorResult | dg.SkipReason:
-    state = stores.stores
-    run_requests: list[dg.RunRequest] = []
-    add: dict[str, set[str]] = {WORLD.name: set(), TRIAL_SLOT.name: set(), STEP.name: set()}
+def _open_plans(instance: DagsterInstance, state: Stores) -> list[Plan]:
+    """Plans of every experiment and requested re-scoring that is unfinished and not held by a CLI driver."""
+    plans = []
     for name in state.experiments.names():
-        if _held_by_cli_driver(stores, name):
+        if _held_by_cli_driver(state, name):
             continue
         config = state.experiments.get(name)
-        p = plan(context.instance, state, config)
-        if p.done:
-            continue
-        add[WORLD.name].update(config.world_ids)
-        add[TRIAL_SLOT.name].update(config.trial_slots())
+        own = plan(instance, state, config)
+        plans.append(own)
+        if own.done:
+            plans += [plan(instance, state, config, rubric) for rubric in state.scorings.requested(name)]
+    return [p for p in plans if not p.done]
+
+
+def _requests(instance: DagsterInstance, plans: list[Plan]) -> tuple[list[dg.RunRequest], list]:
+    run_requests: list[dg.RunRequest] = []
+    add: dict[str, set[str]] = {WORLD.name: set(), TRIAL_SLOT.name: set(), STEP.name: set()}
+    for p in plans:
+        add[WORLD.name].update(p.config.world_ids)
+        add[TRIAL_SLOT.name].update(p.config.trial_slots())
         add[STEP.name].update(s.key for s in p.steps)
         run_requests += [
             dg.RunRequest(
-                run_key=launch.run_key, job_name=launch.job, partition_key=launch.partition_key, tags=launch.tags
+                run_key=f"{launch.run_key}:{launch.tags[RUBRIC_TAG]}",
+                job_name=launch.job,
+                partition_key=launch.partition_key,
+                tags=launch.tags,
             )
             for launch in p.launches
         ]
-    requests = [
+    partitions = [
         dg.AddDynamicPartitionsRequest(
             partitions_def_name=name,
-            partition_keys=sorted(k for k in keys if not context.instance.has_dynamic_partition(name, k)),
+            partition_keys=sorted(k for k in keys if not instance.has_dynamic_partition(name, k)),
         )
         for name, keys in add.items()
     ]
-    requests = [r for r in requests if r.partition_keys]
-    if not run_requests and not requests:
+    return run_requests, [r for r in partitions if r.partition_keys]
+
+
+@dg.sensor(
+    jobs=[world_job, trial_job, judge_job, train_job],
+    minimum_interval_seconds=5,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Opens step s+1 of every experiment when step s is trained; launches missing units and re-scorings.",
+)
+def driver_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -> dg.SensorResult | dg.SkipReason:
+    run_requests, partitions = _requests(context.instance, _open_plans(context.instance, stores.stores))
+    if not run_requests and not partitions:
         return dg.SkipReason("no experiment needs a run")
-    return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=requests)
+    return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
+
+
+def _watched(state: Stores) -> list[str]:
+    wanted = [n.strip() for n in os.environ.get(RESCORE_EXPERIMENTS_ENV, "").split(",") if n.strip()]
+    names = state.experiments.names()
+    return names if wanted == ["*"] else [n for n in wanted if n in names]
+
+
+@dg.sensor(
+    jobs=[judge_job, train_job],
+    minimum_interval_seconds=10,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description=f"Re-scores the experiments in ${RESCORE_EXPERIMENTS_ENV} when a new rubric appears in the registry.",
+)
+def rubric_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -> dg.SensorResult | dg.SkipReason:
+    state = stores.stores
+    registry = state.rubrics
+    current = {name: r.content_hash for name, r in registry.all().items()}
+    observation = dg.AssetObservation(
+        asset_key="rubrics", tags={"dagster/data_version": registry.version()}, metadata={"rubrics": current}
+    )
+    if context.cursor is None:  # first tick: the rubrics that exist now are the baseline, not news
+        return dg.SensorResult(cursor=json.dumps(current), asset_events=[observation])
+    seen = json.loads(context.cursor)
+    new = sorted(name for name in current if name not in seen)
+    if not new:
+        return dg.SkipReason("no new rubric")
+    plans = []
+    for name in _watched(state):
+        config = state.experiments.get(name)
+        if not plan(context.instance, state, config).done:
+            context.log.info(f"{name} is still training; re-score it once it is done")
+            continue
+        for rubric in new:
+            state.rubrics.get(rubric)  # pin the rubric's hash before anything is judged with it
+            state.scorings.request(name, rubric, requested_by="rubric_sensor")
+            context.log.info(f"re-scoring {name} with the new rubric {rubric}")
+            plans.append(plan(context.instance, state, config, rubric))
+    run_requests, partitions = _requests(context.instance, plans)
+    return dg.SensorResult(
+        run_requests=run_requests,
+        dynamic_partitions_requests=partitions,
+        cursor=json.dumps(current),
+        asset_events=[observation],
+    )

@@ -13,6 +13,8 @@ from rl_assets.stores.attempts import AttemptLog
 from rl_assets.stores.damage import DamageLog
 from rl_assets.stores.database import Database
 from rl_assets.stores.experiments import ExperimentStore
+from rl_assets.stores.rubrics import RubricRegistry
+from rl_assets.stores.scorings import ScoringRequests
 from rl_assets.stores.training import CheckpointStore, TrainingLedger
 from rl_assets.stores.trials import TrialRecords
 from rl_assets.stores.verdicts import VerdictLedger
@@ -44,6 +46,14 @@ class Stores:
     @cached_property
     def verdicts(self) -> VerdictLedger:
         return VerdictLedger(self.db)
+
+    @cached_property
+    def rubrics(self) -> RubricRegistry:
+        return RubricRegistry(self.home / "rubrics", self.db)
+
+    @cached_property
+    def scorings(self) -> ScoringRequests:
+        return ScoringRequests(self.db)
 
     @cached_property
     def training(self) -> TrainingLedger:

@@ -21,6 +21,7 @@ CREATE TABLE IF NOT EXISTS rl_experiments (
     config JSONB NOT NULL,
     config_hash TEXT NOT NULL,
     faults JSONB NOT NULL DEFAULT '{}',
+    forked_from TEXT,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE TABLE IF NOT EXISTS rl_generation_attempts (
@@ -90,6 +91,19 @@ CREATE TABLE IF NOT EXISTS rl_damage (
     repaired_at TIMESTAMPTZ
 );
 CREATE UNIQUE INDEX IF NOT EXISTS rl_damage_open ON rl_damage (kind, partition_key) WHERE repaired_at IS NULL;
+CREATE TABLE IF NOT EXISTS rl_rubrics (
+    name TEXT PRIMARY KEY,
+    content_hash TEXT NOT NULL,
+    rubric JSONB NOT NULL,
+    registered_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS rl_scorings (
+    experiment TEXT NOT NULL,
+    rubric TEXT NOT NULL,
+    requested_by TEXT NOT NULL,
+    requested_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (experiment, rubric)
+);
 CREATE TABLE IF NOT EXISTS rl_driver_attempts (
     id BIGSERIAL PRIMARY KEY,
     experiment TEXT NOT NULL,

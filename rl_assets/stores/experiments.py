@@ -29,20 +29,28 @@ class ExperimentStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def create_or_resume(self, config: ExperimentConfig, runtime: Runtime) -> bool:
-        """Record ``config``; True if new. Refuses a changed config; updates the runtime."""
+    def create_or_resume(self, config: ExperimentConfig, runtime: Runtime, forked_from: str | None = None) -> bool:
+        """Record ``config``; True if new. Refuses a changed config (or parent); updates the runtime.
+
+        ``forked_from`` names the experiment whose rollouts this one may reuse
+        when their identity matches (see the ``trajectories`` asset).
+        """
         with self.db.transaction() as cur:
             cur.execute(
-                "INSERT INTO rl_experiments (name, config, config_hash, faults) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (name) DO NOTHING RETURNING name",
-                (config.name, config.model_dump_json(), config.config_hash, runtime.model_dump_json()),
+                "INSERT INTO rl_experiments (name, config, config_hash, faults, forked_from) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING name",
+                (config.name, config.model_dump_json(), config.config_hash, runtime.model_dump_json(), forked_from),
             )
             created = cur.fetchone() is not None
             if not created:
-                cur.execute("SELECT config FROM rl_experiments WHERE name = %s FOR UPDATE", (config.name,))
-                existing = ExperimentConfig.model_validate(cur.fetchone()[0])
+                cur.execute("SELECT config, forked_from FROM rl_experiments WHERE name = %s FOR UPDATE", (config.name,))
+                stored, parent = cur.fetchone()
+                existing = ExperimentConfig.model_validate(stored)
                 if existing.config_hash != config.config_hash:
                     raise ExperimentConflictError(_describe_conflict(existing, config))
+                if parent != forked_from:
+                    was = f"a fork of {parent!r}" if parent else "not a fork"
+                    raise ExperimentConflictError(f"experiment {config.name!r} already exists and is {was}")
                 cur.execute(
                     "UPDATE rl_experiments SET faults = %s WHERE name = %s",
                     (runtime.model_dump_json(), config.name),
@@ -62,6 +70,15 @@ class ExperimentStore:
 
     def runtime(self, name: str) -> Runtime:
         return Runtime.model_validate(self._column(name, "faults"))
+
+    def ancestors(self, name: str) -> list[str]:
+        """The experiments ``name`` was forked from, nearest first."""
+        chain: list[str] = []
+        parent = self._column(name, "forked_from")
+        while parent is not None and parent not in chain:
+            chain.append(str(parent))
+            parent = self._column(str(parent), "forked_from")
+        return chain
 
     def names(self) -> list[str]:
         with self.db.transaction() as cur:

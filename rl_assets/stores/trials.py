@@ -33,5 +33,8 @@ class TrialRecords:
     def reward(self, experiment: str, rubric: str, step: int, slot: str) -> Reward | None:
         return self.artifacts.read(f"rewards/{experiment}/{rubric}/s{step}/{slot}", Reward)
 
+    def has_reward(self, experiment: str, rubric: str, step: int, slot: str) -> bool:
+        return self.artifacts.exists(f"rewards/{experiment}/{rubric}/s{step}/{slot}")
+
     def save_reward(self, experiment: str, rubric: str, step: int, slot: str, reward: Reward) -> None:
         self.artifacts.write(f"rewards/{experiment}/{rubric}/s{step}/{slot}", reward)

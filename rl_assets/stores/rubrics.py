@@ -1,0 +1,128 @@
+"""The rubric registry: built-in rubrics plus JSON files in the home's ``rubrics/`` folder.
+
+A rubric is identified by its content hash, and a name stands for one content
+forever: the first time a rubric is used its hash is pinned in Postgres, and a
+file that later reuses the name with other weights is refused (a changed
+rubric needs a new name, e.g. ``v3``), so results recorded under a name never
+silently change meaning. A file is ``<name>.json`` holding the rubric's
+fields; an invalid file is reported by name and never used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.models import Rubric
+from rl_assets.domain.rubrics import BUILTIN_RUBRICS, UnknownRubricError
+from rl_assets.stores.database import Database
+
+
+class RubricError(ValueError):
+    """A rubric file is invalid, or conflicts with a rubric of the same name."""
+
+
+def parse_rubric_file(path: Path) -> Rubric:
+    """The rubric in ``path``, or a :class:`RubricError` naming the file and the problem."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RubricError(f"{path.name}: not a readable JSON file ({err})") from None
+    try:
+        rubric = Rubric.model_validate(data, strict=True)  # a weight must be a JSON number, not "1.5" or true
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "rubric"
+        raise RubricError(f"{path.name}: {field}: {first['msg']} (got {first.get('input')!r})") from None
+    if path.stem != rubric.name:
+        raise RubricError(f"{path.name}: the file must be named after its rubric ({rubric.name}.json)")
+    return rubric
+
+
+class RubricRegistry:
+    def __init__(self, folder: Path, db: Database | None = None) -> None:
+        self.folder = folder
+        self.db = db
+
+    def _files(self) -> list[Path]:
+        return sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []
+
+    def problems(self) -> list[str]:
+        """Why each unusable file in the folder is unusable."""
+        out = []
+        for path in self._files():
+            try:
+                self._check_builtin_clash(parse_rubric_file(path))
+            except RubricError as err:
+                out.append(str(err))
+        return out
+
+    @staticmethod
+    def _check_builtin_clash(rubric: Rubric) -> None:
+        builtin = BUILTIN_RUBRICS.get(rubric.name)
+        if builtin is not None and builtin != rubric:
+            raise RubricError(f"{rubric.name}.json: {rubric.name!r} is a built-in rubric with other weights")
+
+    def all(self) -> dict[str, Rubric]:
+        """Every usable rubric by name (built-ins first); unusable files are left out."""
+        rubrics = dict(BUILTIN_RUBRICS)
+        for path in self._files():
+            try:
+                rubric = parse_rubric_file(path)
+                self._check_builtin_clash(rubric)
+            except RubricError:
+                continue
+            rubrics.setdefault(rubric.name, rubric)
+        return rubrics
+
+    def get(self, name: str) -> Rubric:
+        """The rubric called ``name``, pinned to its hash; a clear error if unknown, invalid or changed."""
+        path = self.folder / f"{name}.json"
+        if name in BUILTIN_RUBRICS:
+            rubric = BUILTIN_RUBRICS[name]
+            if path.exists():
+                self._check_builtin_clash(parse_rubric_file(path))
+        elif path.exists():
+            rubric = parse_rubric_file(path)
+        else:
+            known = ", ".join(sorted(self.all()))
+            raise UnknownRubricError(f"unknown rubric {name!r} (known: {known})")
+        self._pin(rubric)
+        return rubric
+
+    def add(self, source: Path) -> Rubric:
+        """Validate ``source`` and copy it into the registry; nothing changes if it is refused."""
+        rubric = parse_rubric_file(source)
+        self._check_builtin_clash(rubric)
+        target = self.folder / f"{rubric.name}.json"
+        if target.exists() and parse_rubric_file(target) != rubric:
+            raise RubricError(f"{source.name}: a different rubric named {rubric.name!r} is already registered")
+        self._pin(rubric)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            shutil.copyfile(source, target)
+        return rubric
+
+    def version(self) -> str:
+        """One hash of every usable rubric: what the ``rubrics`` source asset reports as its data version."""
+        return content_hash({name: r.content_hash for name, r in self.all().items()})
+
+    def _pin(self, rubric: Rubric) -> None:
+        if self.db is None:
+            return
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO rl_rubrics (name, content_hash, rubric) VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING",
+                (rubric.name, rubric.content_hash, rubric.model_dump_json()),
+            )
+            cur.execute("SELECT content_hash FROM rl_rubrics WHERE name = %s", (rubric.name,))
+            pinned = cur.fetchone()[0]
+        if pinned != rubric.content_hash:
+            raise RubricError(
+                f"rubric {rubric.name!r} was first used with hash {pinned}, and its file now has other weights "
+                f"(hash {rubric.content_hash}); give the changed rubric a new name"
+            )
