@@ -7,7 +7,7 @@ import json
 import dagster as dg
 from conftest import run_cli, train_json
 
-from rl_assets.jobs import EXPERIMENT_TAG
+from rl_assets.tags import EXPERIMENT_TAG
 
 
 def test_reference_run_reproduces_the_clean_table(home, stores, instance):
