@@ -214,8 +214,8 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     home = Home.resolve(args.home)
     _resolve_rubric(home, args.rubric)
     stores = _open(home)
-    config = _existing(stores, args.experiment)
     rubric = _resolve_rubric(home, args.rubric, stores)
+    config = _existing(stores, args.experiment)
     with DagsterInstance.get() as instance:
         if not plan(instance, stores, config).done:
             raise UsageError(f"experiment {config.name!r} is not trained yet; finish it with `rl-assets train` first")
