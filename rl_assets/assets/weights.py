@@ -87,9 +87,9 @@ def _train_step(
         "actor_pid": applied.actor_pid,
         "applied_now": applied_now,
     }
-    if mean_reward is not None:
-        metadata["mean_reward"] = dg.MetadataValue.float(mean_reward)
-        metadata["mean_turns"] = dg.MetadataValue.float(mean_turns)
+    if mean_reward is not None:  # plain floats: Dagster plots them across partitions, and JSON carries them
+        metadata["mean_reward"] = mean_reward
+        metadata["mean_turns"] = mean_turns
     return metadata
 
 

@@ -1,0 +1,157 @@
+"""Re-scoring through Dagster's own machinery, under the real ``dagster-daemon``.
+
+A partition backfill of rewards then weights, tagged with the rubric, is
+created the way the UI's launch dialog creates one, and the daemon runs it:
+rewards one run per trial, then weights in a single run that retrains the
+chain in step order. Then the rubric sensor is switched on (``dagster sensor
+start``), a new rubric is registered, and exactly one re-scoring follows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from conftest import cli_args, run_cli, table_of, train_json
+from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+from dagster._core.utils import make_new_backfill_id
+
+from rl_assets.assets.partitions import trial_partition_key
+from rl_assets.definitions import defs
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.oracle import oracle_run
+from rl_assets.domain.rubrics import get_rubric
+from rl_assets.driver.planner import plan
+from rl_assets.driver.sensor import RESCORE_EXPERIMENTS_ENV
+from rl_assets.results import experiment_result
+from rl_assets.stores.rubrics import parse_rubric_file
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "backfilled"
+FIELDS = dict(steps=2, worlds=2, prompts=2, samples=1)
+CONFIG = ExperimentConfig(name=NAME, **FIELDS)
+NEW_RUBRIC = {"name": "v3-tidy", "correctness_weight": 1.0, "efficiency_weight": 0.2, "tidiness_weight": 1.0}
+
+
+def _wait(condition, what: str, timeout: float = 300.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(1.0)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _expected(rubric) -> tuple[list, dict]:
+    steps, policy = oracle_run(CONFIG, rescored_with=rubric)
+    table = [(s.mean_reward, s.mean_turns, len(s.rewards)) for s in steps]
+    return table, {w: [round(x, 6) for x in p] for w, p in sorted(policy.priors.items())}
+
+
+@pytest.fixture(scope="module")
+def daemon(home: Path) -> Iterator[subprocess.Popen]:
+    train_json(home, *cli_args(NAME, FIELDS))
+    env = {**os.environ, RESCORE_EXPERIMENTS_ENV: NAME}
+    workspace = ["-w", str(REPO / "workspace.yaml")]
+    subprocess.run(
+        [sys.executable, "-m", "dagster", "sensor", "start", "rubric_sensor", *workspace],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+    )
+    with open(home / "logs" / "daemon.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dagster._daemon", "run", *workspace],
+            env=env,
+            stdout=log,
+            stderr=log,
+            cwd=REPO,
+            start_new_session=True,
+        )
+    yield proc
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_a_ui_backfill_of_rewards_and_weights_rescores_in_step_order(home, daemon, stores, instance):
+    rewards_keys = [str(trial_partition_key(CONFIG, s, slot)) for s in range(2) for slot in CONFIG.trial_slots()]
+    backfill_id = make_new_backfill_id()
+    generated_before = stores.attempts.counts(NAME)["generate_attempts"]
+    instance.add_backfill(
+        PartitionBackfill.from_asset_partitions(
+            backfill_id=backfill_id,
+            asset_graph=defs.resolve_asset_graph(),
+            partition_names=rewards_keys,
+            asset_selection=[dg.AssetKey("rewards"), dg.AssetKey("weights")],
+            backfill_timestamp=time.time(),
+            tags={"rl/rubric": "v2-efficiency"},
+            dynamic_partitions_store=instance,
+            all_partitions=False,
+            title="re-score with v2-efficiency",
+            description=None,
+            run_config=None,
+        )
+    )
+    status = _wait(
+        lambda: (b := instance.get_backfill(backfill_id)).status != BulkActionStatus.REQUESTED and b.status,
+        "the backfill to finish",
+    )
+    assert status == BulkActionStatus.COMPLETED_SUCCESS, status
+
+    result = experiment_result(stores, CONFIG.scored_with("v2-efficiency"))
+    table, weights = _expected(get_rubric("v2-efficiency"))
+    assert table_of(result) == table and result["weights"] == weights
+    assert result["counts"]["generate_attempts"] == generated_before, "a re-scoring backfill never generates"
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+    weights_runs = [r for r in runs if r.asset_selection == {dg.AssetKey("weights")}]
+    assert len(weights_runs) == 1, "the weights chain is retrained in one run"
+    assert len(runs) == len(rewards_keys) + 1
+
+
+def test_a_new_rubric_triggers_exactly_one_rescoring(home, daemon, stores, instance, tmp_path):
+    _wait(lambda: instance.fetch_observations(dg.AssetKey("rubrics"), limit=1).records, "the sensor's first tick")
+    path = tmp_path / "v3-tidy.json"
+    path.write_text(json.dumps(NEW_RUBRIC))
+    run_cli(home, "rubrics", "--add", str(path))
+    rubric = parse_rubric_file(path)
+
+    _wait(lambda: plan(instance, stores, CONFIG, rubric.name).done, "the re-scoring with v3-tidy", timeout=400)
+    assert stores.scorings.requested(NAME) == ["v3-tidy"]
+    table, weights = _expected(rubric)
+    result = experiment_result(stores, CONFIG.scored_with(rubric.name))
+    assert table_of(result) == table and result["weights"] == weights
+
+    # Later ticks see nothing new: no second scoring, no second judge call.
+    seen = len(instance.fetch_observations(dg.AssetKey("rubrics"), limit=100).records)
+    _wait(
+        lambda: len(instance.fetch_observations(dg.AssetKey("rubrics"), limit=100).records) > seen
+        or _skipped_ticks(instance) >= 2,
+        "two more rubric sensor ticks",
+        timeout=120,
+    )
+    with stores.db.transaction() as cur:
+        cur.execute(
+            "SELECT count(*) FROM rl_judge_calls WHERE experiment = %s AND verdict_key LIKE %s",
+            (NAME, f"%:{rubric.content_hash}:%"),
+        )
+        assert cur.fetchone()[0] == len(CONFIG.trials(0)) * 2, "one judge call per trial under the new rubric"
+    assert len(stores.training.steps(NAME, rubric.name)) == 2
+
+
+def _skipped_ticks(instance) -> int:
+    from dagster._core.scheduler.instigation import InstigatorType, TickStatus
+
+    states = instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
+    state = next(s for s in states if s.name == "rubric_sensor")
+    ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=20)
+    return sum(1 for t in ticks if t.status == TickStatus.SKIPPED)
