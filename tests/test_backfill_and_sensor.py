@@ -134,8 +134,10 @@ def test_a_new_rubric_triggers_exactly_one_rescoring(home, daemon, stores, insta
     # Later ticks see nothing new: no second scoring, no second judge call.
     seen = len(instance.fetch_observations(dg.AssetKey("rubrics"), limit=100).records)
     _wait(
-        lambda: len(instance.fetch_observations(dg.AssetKey("rubrics"), limit=100).records) > seen
-        or _skipped_ticks(instance) >= 2,
+        lambda: (
+            len(instance.fetch_observations(dg.AssetKey("rubrics"), limit=100).records) > seen
+            or _skipped_ticks(instance) >= 2
+        ),
         "two more rubric sensor ticks",
         timeout=120,
     )

@@ -1,0 +1,32 @@
+"""rl-assets on Kubernetes: forks as cloned PVCs, rollout pods, per-tier step pods.
+
+Nothing here is imported by the local path; the environment switch picks it.
+The pieces, one concept per module:
+
+- :mod:`~rl_assets.kubernetes.names`: deterministic object names and labels;
+- :mod:`~rl_assets.kubernetes.tiers`: resources and deadlines per tier of pod;
+- :mod:`~rl_assets.kubernetes.volumes`: world PVC, its VolumeSnapshot, per-attempt forks;
+- :mod:`~rl_assets.kubernetes.pod_specs`: the rollout pod and each step's ``dagster-k8s/config``;
+- :mod:`~rl_assets.kubernetes.rollouts`: run a rollout pod, read its output, delete it;
+- :mod:`~rl_assets.kubernetes.executor`: the configured ``k8s_job_executor``.
+"""
+
+from rl_assets.kubernetes.executor import K8sSettings, executor_config, k8s_executor
+from rl_assets.kubernetes.pod_specs import SecretKey, rollout_pod, world_build_tags
+from rl_assets.kubernetes.rollouts import PodOutcome, RolloutPods
+from rl_assets.kubernetes.volumes import WorldNotSealedError, WorldVolumes
+from rl_assets.kubernetes.waiting import Waiting
+
+__all__ = [
+    "K8sSettings",
+    "PodOutcome",
+    "RolloutPods",
+    "SecretKey",
+    "Waiting",
+    "WorldNotSealedError",
+    "WorldVolumes",
+    "executor_config",
+    "k8s_executor",
+    "rollout_pod",
+    "world_build_tags",
+]

@@ -1,0 +1,65 @@
+"""Kubernetes names and labels for worlds, forks and rollout pods, derived, never random.
+
+A name that is a pure function of (experiment, trial, attempt) is what makes
+the lifecycle idempotent: a retried attempt, or a driver that restarts after a
+crash, computes the same names and so finds (and removes) whatever a killed
+attempt left behind. Object names must be DNS-1123 labels (at most 63
+characters) and label values at most 63 characters, while experiment names
+and trial ids are free text, so every name is a readable slug plus a hash of
+the exact inputs: two inputs that slug alike still get different names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_NAME = 63
+TIER_LABEL = "rl-assets/tier"
+OWNER_LABEL = "rl-assets/owner"
+"""Hash of (experiment, trial): selects every object of one trial, whatever its attempt."""
+WORLD_LABEL = "rl-assets/world"
+"""Hash of the world id: selects the objects of one world."""
+EXPERIMENT_ANNOTATION = "rl-assets/experiment"
+TRIAL_ANNOTATION = "rl-assets/trial"
+ATTEMPT_ANNOTATION = "rl-assets/attempt"
+WORLD_ANNOTATION = "rl-assets/world-id"
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+
+
+def _name(prefix: str, readable: str, digest: str, suffix: str = "") -> str:
+    room = MAX_NAME - len(prefix) - len(digest) - len(suffix) - 2
+    slug = re.sub(r"[^a-z0-9]+", "-", readable.lower()).strip("-")[:room].strip("-")
+    return "-".join(p for p in (prefix, slug, digest) if p) + suffix
+
+
+def owner_value(experiment: str, trial_id: str) -> str:
+    """The owner label value shared by all attempts of one trial."""
+    return _digest("trial", experiment, trial_id)
+
+
+def world_value(world_id: str) -> str:
+    return _digest("world", world_id)
+
+
+def world_claim_name(world_id: str) -> str:
+    """The PVC that holds the sealed world (written once by the world build, then read-only)."""
+    return _name("world", world_id, world_value(world_id))
+
+
+def world_snapshot_name(world_id: str) -> str:
+    """The VolumeSnapshot of the sealed world that every fork of it is cloned from."""
+    return _name("world", world_id, world_value(world_id), "-sealed")
+
+
+def fork_claim_name(experiment: str, trial_id: str, attempt: int) -> str:
+    """The per-attempt PVC cloned from the world's snapshot."""
+    return _name("fork", f"{experiment}-{trial_id}", owner_value(experiment, trial_id), f"-a{attempt}")
+
+
+def rollout_pod_name(experiment: str, trial_id: str, attempt: int) -> str:
+    """The pod that runs one attempt's rollout on its fork."""
+    return _name("rollout", f"{experiment}-{trial_id}", owner_value(experiment, trial_id), f"-a{attempt}")

@@ -1,0 +1,222 @@
+"""Pod configuration per tier: the rollout pod, and the ``dagster-k8s/config`` of each Dagster step.
+
+Why the rollout is its own pod and not the ``trajectories`` step pod: a Dagster
+step pod runs Dagster's step worker, which writes every event to Postgres, so
+dagster-k8s gives it the Postgres password as an env var
+(``construct_dagster_k8s_job``, dagster_k8s/job.py:872-884) and it needs
+network egress to the database. A pod with no egress and no secrets therefore
+cannot be a Dagster step. So the ``trajectories`` step (tier ``trial``) clones
+the fork and launches a separate rollout pod (tier ``rollout``) that runs only
+the sandbox runner: no Dagster, no secret, no service-account token, no
+network (``deploy/k8s/networkpolicy-rollout.yaml``), read-only root, non-root,
+its fork mounted at :data:`FORK_MOUNT`. It returns its rollout on stdout,
+which the trial step reads through the pod-log API.
+
+Step configs are the raw ``dagster-k8s/config`` dicts that
+:mod:`rl_assets.kubernetes.executor` puts into the executor's
+``per_step_k8s_config``; world builds use :func:`world_build_k8s_config` as a
+run tag, which dagster-k8s applies to the run worker pod.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rl_assets.kubernetes.names import (
+    ATTEMPT_ANNOTATION,
+    EXPERIMENT_ANNOTATION,
+    OWNER_LABEL,
+    TIER_LABEL,
+    TRIAL_ANNOTATION,
+    owner_value,
+    rollout_pod_name,
+    world_claim_name,
+)
+from rl_assets.kubernetes.tiers import JUDGE, ROLLOUT, TRAIN, TRIAL, Tier
+
+USER_DEFINED_K8S_CONFIG_TAG = "dagster-k8s/config"
+FORK_MOUNT = "/world"
+"""Where the rollout pod sees its fork (a writable clone; the sealed world is never mounted)."""
+WORLD_MOUNT = "/world"
+"""Where the world build writes the world into the world's PVC."""
+RUNTIME_UID = 10001
+"""The image's non-root user (deploy/Dockerfile)."""
+ROLLOUT_CONTAINER = "rollout"
+ROLLOUT_SERVICE_ACCOUNT = "rl-assets-rollout"
+"""An account bound to no Role; its token is not mounted either."""
+REQUEST_ENV = "RL_ASSETS_SANDBOX_REQUEST"
+ROLLOUT_COMMAND = ("/bin/sh", "-c", f'printf "%s" "${REQUEST_ENV}" | python -m rl_assets.sandbox.runner')
+"""The runner reads its request on stdin; a pod has none, so the request comes as an env var and is piped in."""
+JUDGE_KEY_ENV = "RL_ASSETS_JUDGE_API_KEY"
+
+
+@dataclass(frozen=True)
+class SecretKey:
+    """One key of a Kubernetes Secret: what an env var's ``secretKeyRef`` points at."""
+
+    name: str
+    key: str
+
+
+def container_security_context() -> dict[str, Any]:
+    """Non-root, no privilege escalation, no capabilities, nothing written outside the mounted volumes."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUNTIME_UID,
+        "runAsGroup": RUNTIME_UID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def pod_security_context() -> dict[str, Any]:
+    """``fsGroup`` makes the mounted PVCs writable by the non-root user."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUNTIME_UID,
+        "runAsGroup": RUNTIME_UID,
+        "fsGroup": RUNTIME_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _scratch_volume() -> dict[str, Any]:
+    return {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}
+
+
+def _scratch_mount() -> dict[str, Any]:
+    return {"name": "tmp", "mountPath": "/tmp"}
+
+
+def step_k8s_config(
+    tier: Tier,
+    *,
+    mount_token: bool,
+    env: tuple[Mapping[str, Any], ...] = (),
+    volumes: tuple[Mapping[str, Any], ...] = (),
+    volume_mounts: tuple[Mapping[str, Any], ...] = (),
+) -> dict[str, Any]:
+    """The ``dagster-k8s/config`` of one Dagster step pod of ``tier``.
+
+    ``mount_token`` only for steps that call the Kubernetes API themselves;
+    the step worker does not need it to report to Dagster (that goes to Postgres).
+    """
+    return {
+        "container_config": {
+            "resources": tier.resources(),
+            "securityContext": container_security_context(),
+            "env": [{"name": "HOME", "value": "/tmp"}, *env],
+            "volumeMounts": [_scratch_mount(), *volume_mounts],
+        },
+        "pod_spec_config": {
+            "activeDeadlineSeconds": tier.deadline_s,
+            "automountServiceAccountToken": mount_token,
+            "enableServiceLinks": False,
+            "securityContext": pod_security_context(),
+            "volumes": [_scratch_volume(), *volumes],
+        },
+        "pod_template_spec_metadata": {"labels": {TIER_LABEL: tier.name}},
+    }
+
+
+def trial_step_k8s_config() -> dict[str, Any]:
+    """The ``trajectories`` step: it clones the fork and runs the rollout pod, so it needs its token."""
+    return step_k8s_config(TRIAL, mount_token=True)
+
+
+def judge_step_k8s_config(judge_key: SecretKey) -> dict[str, Any]:
+    """The ``rewards`` step: the judge's API key from the Secret by reference, never as a value."""
+    key_env = {
+        "name": JUDGE_KEY_ENV,
+        "valueFrom": {"secretKeyRef": {"name": judge_key.name, "key": judge_key.key}},
+    }
+    return step_k8s_config(JUDGE, mount_token=False, env=(key_env,))
+
+
+def train_step_k8s_config() -> dict[str, Any]:
+    """The ``weights`` step: a Ray client of the RayCluster; no Kubernetes API, no judge key."""
+    return step_k8s_config(TRAIN, mount_token=False)
+
+
+def world_build_k8s_config(world_id: str) -> dict[str, Any]:
+    """Mount the world's PVC into the run worker that builds it (``world_job`` runs in process).
+
+    Set as the run's :data:`USER_DEFINED_K8S_CONFIG_TAG` tag (see :func:`world_build_tags`):
+    dagster-k8s applies run tags to the run worker pod only, which is where an
+    in-process job's step runs, and a world is per run, so op tags cannot name its PVC.
+    """
+    claim = world_claim_name(world_id)
+    return {
+        "container_config": {"volumeMounts": [{"name": "world", "mountPath": WORLD_MOUNT}]},
+        "pod_spec_config": {"volumes": [{"name": "world", "persistentVolumeClaim": {"claimName": claim}}]},
+    }
+
+
+def world_build_tags(world_id: str) -> dict[str, str]:
+    """The run tags of one world's ``world_job`` run."""
+    return {USER_DEFINED_K8S_CONFIG_TAG: json.dumps(world_build_k8s_config(world_id))}
+
+
+def rollout_pod(
+    *,
+    experiment: str,
+    trial_id: str,
+    attempt: int,
+    fork_claim: str,
+    image: str,
+    request_json: str,
+    tier: Tier = ROLLOUT,
+) -> dict[str, Any]:
+    """The manifest of one attempt's rollout pod, on the attempt's fork.
+
+    Its only env is the (secret-free) sandbox request and ``HOME``; values are
+    plain strings by construction, so no Secret can reach it.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": rollout_pod_name(experiment, trial_id, attempt),
+            "labels": {
+                "app.kubernetes.io/part-of": "rl-assets",
+                TIER_LABEL: tier.name,
+                OWNER_LABEL: owner_value(experiment, trial_id),
+            },
+            "annotations": {
+                EXPERIMENT_ANNOTATION: experiment,
+                TRIAL_ANNOTATION: trial_id,
+                ATTEMPT_ANNOTATION: str(attempt),
+            },
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": tier.deadline_s,
+            "serviceAccountName": ROLLOUT_SERVICE_ACCOUNT,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": pod_security_context(),
+            "containers": [
+                {
+                    "name": ROLLOUT_CONTAINER,
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": list(ROLLOUT_COMMAND),
+                    "workingDir": FORK_MOUNT,
+                    "env": [
+                        {"name": REQUEST_ENV, "value": request_json},
+                        {"name": "HOME", "value": "/tmp"},
+                        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                    ],
+                    "resources": tier.resources(),
+                    "securityContext": container_security_context(),
+                    "volumeMounts": [{"name": "fork", "mountPath": FORK_MOUNT}, _scratch_mount()],
+                }
+            ],
+            "volumes": [{"name": "fork", "persistentVolumeClaim": {"claimName": fork_claim}}, _scratch_volume()],
+        },
+    }

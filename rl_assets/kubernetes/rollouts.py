@@ -1,0 +1,98 @@
+"""Run one rollout pod to completion and read what it printed.
+
+The trial step creates the pod, waits until it has succeeded or failed (a
+hung one is failed by the kubelet at its ``activeDeadlineSeconds``), reads its
+log through the API (the pod has no network, so this is its only way out) and
+deletes it, also when anything here fails. Attempts of one trial never
+overlap, so a rollout pod of the same trial still present was left by a killed
+attempt and is deleted first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from rl_assets.kubernetes.names import OWNER_LABEL
+from rl_assets.kubernetes.pod_specs import ROLLOUT_CONTAINER
+from rl_assets.kubernetes.waiting import Waiting
+
+FINISHED = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    """How a rollout pod ended and what it wrote to stdout/stderr."""
+
+    phase: str
+    exit_code: int | None
+    reason: str | None
+    """The pod's or container's reason, e.g. ``DeadlineExceeded`` or ``OOMKilled``."""
+    log: str
+
+
+class RolloutPods:
+    """Runs rollout pods in one namespace."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str, waiting: Waiting | None = None) -> None:
+        self._core = core
+        self.namespace = namespace
+        self._waiting = waiting or Waiting()
+
+    def run(self, pod: dict[str, Any]) -> PodOutcome:
+        """Create ``pod`` (a manifest from :func:`~rl_assets.kubernetes.pod_specs.rollout_pod`), await its end."""
+        name = pod["metadata"]["name"]
+        self._remove_leftovers(pod["metadata"]["labels"][OWNER_LABEL], name)
+        try:
+            self._core.create_namespaced_pod(self.namespace, pod)
+            self._waiting.until(f"rollout pod {name} finished", lambda: self._read(name).status.phase in FINISHED)
+            final = self._read(name)
+            return _outcome(final, self._log(name))
+        finally:
+            self._delete(name)
+
+    def _log(self, name: str) -> str:
+        """The container's log, decoded here: with its content preloaded, kubernetes 36.0.3 returns a
+        ``str`` response as ``str(bytes)`` (``b'...'``, api_client.py:202-213 skips decoding for "str")."""
+        response = self._core.read_namespaced_pod_log(
+            name, self.namespace, container=ROLLOUT_CONTAINER, _preload_content=False
+        )
+        return response.data.decode("utf-8", errors="replace")
+
+    def _remove_leftovers(self, owner: str, name: str) -> None:
+        pods = self._core.list_namespaced_pod(self.namespace, label_selector=f"{OWNER_LABEL}={owner}")
+        for leftover in pods.items:
+            self._delete(leftover.metadata.name)
+            if leftover.metadata.name == name:
+                self._waiting.until(f"leftover pod {name} deleted", lambda: not self._exists(name))
+
+    def _read(self, name: str) -> client.V1Pod:
+        return self._core.read_namespaced_pod(name, self.namespace)
+
+    def _exists(self, name: str) -> bool:
+        try:
+            self._read(name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def _delete(self, name: str) -> None:
+        try:
+            self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def _outcome(pod: client.V1Pod, log: str) -> PodOutcome:
+    exit_code, reason = None, pod.status.reason
+    for status in pod.status.container_statuses or []:
+        terminated = status.state.terminated if status.state else None
+        if status.name == ROLLOUT_CONTAINER and terminated is not None:
+            exit_code, reason = terminated.exit_code, reason or terminated.reason
+    return PodOutcome(phase=pod.status.phase, exit_code=exit_code, reason=reason, log=log)
