@@ -27,6 +27,7 @@ from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.home import Home
 
 MAX_DRIVER_ATTEMPTS = 3
+DB_OUTAGE_TIMEOUT_S = 180.0
 EXIT_USAGE = 2
 
 
@@ -138,20 +139,37 @@ def _describe(p) -> str:
 
 
 def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None = None) -> None:
-    """Drive ``config`` (re-scored under ``rubric`` if given) to done, restarting a dead driver."""
+    """Drive ``config`` (re-scored under ``rubric`` if given) to done, restarting a dead driver.
+
+    The supervisor only reads durable state, so a database outage (a restarting
+    Postgres) is waited out, not fatal: the driver waits for it too.
+    """
     from dagster import DagsterInstance
 
     from rl_assets.driver.audit import audit
     from rl_assets.driver.loop import EXIT_BUSY, EXIT_GAVE_UP
     from rl_assets.driver.planner import plan
+    from rl_assets.stores.database import TRANSIENT_DB_ERRORS
     from rl_assets.worlds import LocalWorlds
 
     progress = Progress()
+
+    def current(instance):
+        deadline = time.monotonic() + DB_OUTAGE_TIMEOUT_S
+        while True:
+            try:
+                return plan(instance, stores, config, rubric)
+            except TRANSIENT_DB_ERRORS:
+                if time.monotonic() > deadline:
+                    raise
+                progress.show(f"{config.name}: the database is unavailable; waiting for it")
+                time.sleep(1.0)
+
     with DagsterInstance.get() as instance:
         for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks), config):
             print(f"rl-assets: {damage.kind} {damage.partition_key}: {damage.detail}; regenerating it", file=sys.stderr)
         attempts = 0
-        while not plan(instance, stores, config, rubric).done:
+        while not current(instance).done:
             attempts += 1
             if attempts > MAX_DRIVER_ATTEMPTS:
                 raise RuntimeError(f"the driver died {MAX_DRIVER_ATTEMPTS} times; see {home.logs}")
@@ -163,7 +181,7 @@ def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None 
                     stdin=subprocess.DEVNULL,
                 )
             while driver.poll() is None:
-                progress.show(_describe(plan(instance, stores, config, rubric)))
+                progress.show(_describe(current(instance)))
                 time.sleep(0.5)
             err = driver.stderr.read().decode() if driver.stderr else ""
             if driver.returncode == EXIT_BUSY:
@@ -174,7 +192,7 @@ def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None 
                 raise RuntimeError(err.strip())
             if driver.returncode != 0:
                 progress.show(f"{config.name}: driver exited with {driver.returncode}; restarting it")
-        progress.show(_describe(plan(instance, stores, config, rubric)))
+        progress.show(_describe(current(instance)))
     progress.close()
 
 

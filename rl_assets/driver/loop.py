@@ -21,14 +21,17 @@ from multiprocessing.process import BaseProcess
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.planner import Plan, driver_lock_id, plan
 from rl_assets.driver.runs import WorkerLauncher, create_run, reap_dead_runs
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
-from rl_assets.stores.database import Database
+from rl_assets.stores.database import TRANSIENT_DB_ERRORS, Database
 
 EXIT_BUSY = 75
+DB_OUTAGE_TIMEOUT_S = 180.0
 EXIT_GAVE_UP = 70
 MAX_RUNS_PER_UNIT = 3
 POLL_S = 0.25
@@ -61,51 +64,107 @@ def _ensure_trainer_cluster(home: Home) -> None:
         head.ensure_running()
 
 
+class _DriverLock:
+    """The experiment's driver lock, on a connection of its own.
+
+    A restarted Postgres drops the connection and with it the lock; the lock
+    is then taken again on a new connection, or the driver stops if another
+    driver took it in between.
+    """
+
+    def __init__(self, db: Database, experiment: str) -> None:
+        self.db = db
+        self.lock_id = driver_lock_id(experiment)
+        self.conn = None
+
+    def hold(self) -> bool:
+        if self.conn is not None:
+            try:
+                with self.conn.cursor() as cur:
+                    cur.execute("SELECT 1")
+                return True
+            except TRANSIENT_DB_ERRORS:
+                self.conn.close()
+        self.conn = self.db.info.connect()
+        self.conn.autocommit = True
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_id,))
+            return bool(cur.fetchone()[0])
+
+
 def drive(experiment: str, home: Home, rubric: str | None = None) -> int:
     db = Database.from_env()
     stores = Stores(home.root, db)
-    lock_conn = db.info.connect()
-    lock_conn.autocommit = True
-    with lock_conn.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", (driver_lock_id(experiment),))
-        if not cur.fetchone()[0]:
-            print(f"another driver is already running experiment {experiment!r}", file=sys.stderr)
-            return EXIT_BUSY
+    lock = _DriverLock(db, experiment)
+    if not lock.hold():
+        print(f"another driver is already running experiment {experiment!r}", file=sys.stderr)
+        return EXIT_BUSY
     attempt = stores.attempts.record_driver_attempt(experiment, os.getpid())
     config = stores.experiments.get(experiment)
     runtime = stores.experiments.runtime(experiment)
     launcher = WorkerLauncher()
     workers: dict[str, BaseProcess] = {}
+    outage_since: float | None = None
     with DagsterInstance.get() as instance:
         _ensure_partitions(instance, WORLD.name, config.world_ids)
         _ensure_partitions(instance, TRIAL_SLOT.name, config.trial_slots())
         while True:
-            reap_dead_runs(instance, experiment)
-            p = plan(instance, stores, config, rubric)
-            crash_at = runtime.faults.crash_driver_at_step
-            if crash_at is not None and attempt == 1 and p.steps_trained > crash_at:
-                os.kill(os.getpid(), signal.SIGKILL)  # injected driver crash
-            if p.done:
-                return 0
-            _give_up_on_crashing_units(stores, p)
-            _ensure_partitions(instance, STEP.name, [s.key for s in p.steps])
-            workers = {rid: w for rid, w in workers.items() if w.is_alive()}
-            for launch in p.launches:
-                if launch.job not in ("trial_job", "judge_job") and launch.generation >= MAX_RUNS_PER_UNIT:
-                    print(
-                        f"{launch.job} {launch.partition_key} failed {launch.generation} times; giving up; "
-                        f"see the run logs in {home.logs}",
-                        file=sys.stderr,
-                    )
-                    return EXIT_GAVE_UP
-                unit = launch.job in ("trial_job", "judge_job")
-                if unit and len(workers) >= runtime.execution.max_concurrent_trials:
-                    continue
-                if launch.job == "train_job":
-                    _ensure_trainer_cluster(home)
-                run = create_run(instance, launch)
-                workers[run.run_id] = launcher.start(instance, run, str(home.logs))
+            try:
+                if not lock.hold():
+                    print(f"another driver took over experiment {experiment!r}", file=sys.stderr)
+                    return EXIT_BUSY
+                outcome = _pass(instance, stores, home, config, runtime, rubric, attempt, launcher, workers)
+                if outcome is not None:
+                    return outcome
+                outage_since = None
+            except TRANSIENT_DB_ERRORS as err:
+                if outage_since is None:
+                    outage_since = time.monotonic()
+                    print(f"the database is unavailable ({type(err).__name__}); waiting for it", file=sys.stderr)
+                elif time.monotonic() - outage_since > DB_OUTAGE_TIMEOUT_S:
+                    raise
             time.sleep(POLL_S)
+
+
+def _pass(
+    instance: DagsterInstance,
+    stores: Stores,
+    home: Home,
+    config: ExperimentConfig,
+    runtime: Runtime,
+    rubric: str | None,
+    attempt: int,
+    launcher: WorkerLauncher,
+    workers: dict[str, BaseProcess],
+) -> int | None:
+    """One pass: reap, plan, launch. Returns an exit code when the driver is done."""
+    reap_dead_runs(instance, config.name)
+    p = plan(instance, stores, config, rubric)
+    crash_at = runtime.faults.crash_driver_at_step
+    if crash_at is not None and attempt == 1 and p.steps_trained > crash_at:
+        os.kill(os.getpid(), signal.SIGKILL)  # injected driver crash
+    if p.done:
+        return 0
+    _give_up_on_crashing_units(stores, p)
+    _ensure_partitions(instance, STEP.name, [s.key for s in p.steps])
+    for run_id in [rid for rid, w in workers.items() if not w.is_alive()]:
+        del workers[run_id]
+    for launch in p.launches:
+        unit = launch.job in ("trial_job", "judge_job")
+        if not unit and launch.generation >= MAX_RUNS_PER_UNIT:
+            print(
+                f"{launch.job} {launch.partition_key} failed {launch.generation} times; giving up; "
+                f"see the run logs in {home.logs}",
+                file=sys.stderr,
+            )
+            return EXIT_GAVE_UP
+        if unit and len(workers) >= runtime.execution.max_concurrent_trials:
+            continue
+        if launch.job == "train_job":
+            _ensure_trainer_cluster(home)
+        run = create_run(instance, launch)
+        workers[run.run_id] = launcher.start(instance, run, str(home.logs))
+    return None
 
 
 if __name__ == "__main__":

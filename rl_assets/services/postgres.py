@@ -164,7 +164,7 @@ class EmbeddedPostgres:
             pwfile.unlink(missing_ok=True)
 
     def _start(self, user: str | None) -> None:
-        port = free_loopback_port()
+        port = self._previous_port() or free_loopback_port()
         self.port_file.write_text(str(port))
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         _chown(self.socket_dir, user)
@@ -181,6 +181,13 @@ class EmbeddedPostgres:
         if proc.returncode != 0:
             tail = self.log_file.read_text()[-2000:]
             raise RuntimeError(f"embedded Postgres failed to start:\n{proc.stderr}\n{tail}")
+
+    def _previous_port(self) -> int | None:
+        """The port of the server's last life, if free: every running process was given it."""
+        if not self.port_file.exists():
+            return None
+        port = int(self.port_file.read_text())
+        return None if port_is_open(port) else port
 
     def _ensure_database(self, info: PostgresInfo) -> None:
         deadline = time.monotonic() + 30

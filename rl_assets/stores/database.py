@@ -7,11 +7,14 @@ workers, the CLI) shares. Tables are created on first connection.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg2
 import psycopg2.extensions
+import sqlalchemy.exc
+from dagster_postgres.utils import DagsterPostgresException
 
 from rl_assets.services.postgres import PostgresInfo
 
@@ -113,6 +116,28 @@ CREATE TABLE IF NOT EXISTS rl_driver_attempts (
 """
 
 _SCHEMA_LOCK = 0x726C6173  # advisory lock id serialising CREATE TABLE IF NOT EXISTS
+RECONNECT_TIMEOUT_S = 120.0
+
+TRANSIENT_DB_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg2.OperationalError,
+    psycopg2.InterfaceError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    DagsterPostgresException,
+)
+"""What a lost or restarting Postgres raises, through our ledgers or through Dagster's storage."""
+
+
+def _alive(conn: psycopg2.extensions.connection) -> bool:
+    if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+        return True  # in use by an open transaction of ours; a ping would interleave with it
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+        conn.rollback()
+        return True
+    except (psycopg2.OperationalError, psycopg2.InterfaceError):
+        return False
 
 
 class Database:
@@ -127,12 +152,23 @@ class Database:
         return cls(PostgresInfo.from_env())
 
     def connection(self) -> psycopg2.extensions.connection:
-        if self._conn is None or self._conn.closed:
-            conn = self.info.connect()
-            with conn, conn.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                cur.execute(SCHEMA)
-            self._conn = conn
+        """The open connection; a lost one (a restarted server) is replaced, waiting for the server."""
+        if self._conn is not None and not self._conn.closed and _alive(self._conn):
+            return self._conn
+        self.close()
+        deadline = time.monotonic() + RECONNECT_TIMEOUT_S
+        while True:
+            try:
+                conn = self.info.connect()
+                break
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)  # the server is restarting: poll until it accepts connections
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            cur.execute(SCHEMA)
+        self._conn = conn
         return self._conn
 
     @contextmanager
