@@ -12,11 +12,8 @@ import dagster as dg
 from rl_assets.assets import rewards, rubrics, trajectories, weights, worlds
 from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_job, start_experiment_job
 from rl_assets.driver.sensor import driver_sensor, rubric_sensor
+from rl_assets.environment import resources
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
-from rl_assets.resources.judge import JudgeResource
-from rl_assets.resources.stores import StoresResource
-from rl_assets.resources.trainer import TrainerResource
-from rl_assets.resources.world_store import WorldStoreResource
 
 defs = dg.Definitions(
     assets=[rubrics, worlds, trajectories, rewards, weights],
@@ -30,15 +27,7 @@ defs = dg.Definitions(
         rescore_experiment_job,
     ],
     sensors=[driver_sensor, rubric_sensor],
-    resources={
-        "stores": StoresResource(home=dg.EnvVar("RL_ASSETS_HOME")),
-        "world_store": WorldStoreResource(home=dg.EnvVar("RL_ASSETS_HOME")),
-        "judge": JudgeResource(),
-        "trainer": TrainerResource(
-            ray_address=dg.EnvVar("RL_ASSETS_RAY_ADDRESS"),
-            namespace=dg.EnvVar("RL_ASSETS_RAY_NAMESPACE"),
-        ),
-    },
+    resources=resources(),
 )
 
 

@@ -9,6 +9,7 @@
 Judging and training read the rubric from the run's ``rl/rubric`` tag (the
 experiment's own rubric when absent), so a re-scoring, whether launched by
 the driver or as a backfill from the UI, is the same assets under a tag.
+Where their steps run is the environment's choice (:mod:`rl_assets.environment`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dagster as dg
 
 from rl_assets.assets import rewards, trajectories, weights, worlds
 from rl_assets.assets.partitions import STEP, TRIAL, WORLD
+from rl_assets.environment import unit_executor
 from rl_assets.tags import KIND_TAG
 
 world_job = dg.define_asset_job(
@@ -32,7 +34,7 @@ trial_job = dg.define_asset_job(
     "trial_job",
     selection=[trajectories, rewards],
     partitions_def=TRIAL,
-    executor_def=dg.in_process_executor,
+    executor_def=unit_executor(),
     tags={KIND_TAG: "trial"},
     description="One trial, in its own process: its rollout (in a sandbox process), then its judging.",
 )
@@ -41,7 +43,7 @@ judge_job = dg.define_asset_job(
     "judge_job",
     selection=[rewards],
     partitions_def=TRIAL,
-    executor_def=dg.in_process_executor,
+    executor_def=unit_executor(),
     tags={KIND_TAG: "judge"},
     description="Judge one stored trajectory under the run's rubric (re-scoring); never generates.",
 )
@@ -50,7 +52,7 @@ train_job = dg.define_asset_job(
     "train_job",
     selection=[weights],
     partitions_def=STEP,
-    executor_def=dg.in_process_executor,
+    executor_def=unit_executor(),
     tags={KIND_TAG: "train"},
     description="One training step on the trainer actor.",
 )

@@ -60,7 +60,7 @@ def test_sensor_plans_deterministic_run_requests_for_an_unstarted_experiment(hom
     config = ExperimentConfig(name="sensed", steps=1, worlds=1, prompts=2, samples=1)
     stores.experiments.create_or_resume(config, Runtime())
     sensor = defs.resolve_sensor_def("driver_sensor")
-    resources = {"stores": defs.resources["stores"]}
+    resources = {"stores": defs.resources["stores"], "world_store": defs.resources["world_store"]}
     with dg.build_sensor_context(instance=instance, definitions=defs, resources=resources) as context:
         first = sensor(context)
     with dg.build_sensor_context(instance=instance, definitions=defs, resources=resources) as context:

@@ -17,7 +17,6 @@ from rl_assets.domain.models import Policy, Trajectory, TrialSpec
 from rl_assets.domain.runtime import Runtime
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
-from rl_assets.sandbox.launcher import isolation, run_sandbox
 from rl_assets.sandbox.protocol import SandboxRequest
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.worlds import WorldTamperedError
@@ -78,7 +77,7 @@ def trajectories(
             "identity": identity,
             "source": source,
             "fork": fork_kind,
-            "network_isolated": isolation().network_isolated,
+            "network_isolated": world_store.network_isolated(),
             "attempt": attempt,
         },
         data_version=dg.DataVersion(trajectory.content_hash),
@@ -120,24 +119,27 @@ def _generate(
 ) -> tuple[Trajectory, str]:
     """Run one sandboxed attempt, logging it durably; retry or fail for good on error."""
     faults, execution = runtime.faults, runtime.execution
-    fork_kind = "overlay" if world_store.use_overlay() else "copy"
+    fork_kind = world_store.fork_kind()
     attempt_id = state.attempts.start_generation(config.name, spec.trial_id, attempt, identity, fork_kind)
     request_faults = {
         "fail_below": faults.flaky_trial_rate if attempt == 0 else 0.0,
         "hang": attempt == 0 and faults.trial_hangs(spec.trial_id),
     }
     try:
-        with world_store.fork(spec.world_id, f"{config.name}/{spec.trial_id}", f"a{attempt_id}") as fork:
-            rollout = run_sandbox(
-                SandboxRequest(
-                    spec=spec,
-                    prior=policy.priors[spec.world_id],
-                    fork=fork,
-                    tool_latency_s=execution.tool_latency_s,
-                    **request_faults,
-                ),
-                timeout_s=execution.trial_timeout_s,
-            )
+        rollout = world_store.rollout(
+            spec.world_id,
+            config.name,
+            spec.trial_id,
+            attempt_id,
+            lambda fork: SandboxRequest(
+                spec=spec,
+                prior=policy.priors[spec.world_id],
+                fork=fork,
+                tool_latency_s=execution.tool_latency_s,
+                **request_faults,
+            ),
+            timeout_s=execution.trial_timeout_s,
+        )
     except Exception as err:  # any sandbox failure is this trial's, never the step's
         state.attempts.finish_generation(attempt_id, "failed", str(err))
         if attempt < config.generate_retries:

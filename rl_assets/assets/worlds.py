@@ -22,7 +22,7 @@ def worlds(
     return dg.MaterializeResult(
         metadata={
             "content_hash": digest,
-            "path": dg.MetadataValue.path(str(world_store.world_path(world_id))),
+            "location": world_store.location(world_id),
             "built_now": built_now,
         },
         data_version=dg.DataVersion(digest),

@@ -17,12 +17,14 @@ rubric triggers one re-scoring however often the sensor ticks.
 
 import json
 import os
+from typing import Any
 
 import dagster as dg
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.driver.planner import Plan, driver_lock_id, plan
+from rl_assets.environment import launch_tags
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.tags import RUBRIC_TAG
@@ -55,7 +57,7 @@ def _open_plans(instance: DagsterInstance, state: Stores) -> list[Plan]:
     return [p for p in plans if not p.done]
 
 
-def _requests(instance: DagsterInstance, plans: list[Plan]) -> tuple[list[dg.RunRequest], list]:
+def _requests(instance: DagsterInstance, plans: list[Plan], world_store: Any) -> tuple[list[dg.RunRequest], list]:
     run_requests: list[dg.RunRequest] = []
     add: dict[str, set[str]] = {WORLD.name: set(), TRIAL_SLOT.name: set(), STEP.name: set()}
     for p in plans:
@@ -67,7 +69,7 @@ def _requests(instance: DagsterInstance, plans: list[Plan]) -> tuple[list[dg.Run
                 run_key=f"{launch.run_key}:{launch.tags[RUBRIC_TAG]}",
                 job_name=launch.job,
                 partition_key=launch.partition_key,
-                tags=launch.tags,
+                tags={**launch.tags, **launch_tags(launch.job, launch.partition_key, world_store)},
             )
             for launch in p.launches
         ]
@@ -87,8 +89,11 @@ def _requests(instance: DagsterInstance, plans: list[Plan]) -> tuple[list[dg.Run
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Opens step s+1 of every experiment when step s is trained; launches missing units and re-scorings.",
 )
-def driver_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -> dg.SensorResult | dg.SkipReason:
-    run_requests, partitions = _requests(context.instance, _open_plans(context.instance, stores.stores))
+def driver_sensor(
+    context: dg.SensorEvaluationContext, stores: StoresResource, world_store: dg.ResourceParam[Any]
+) -> dg.SensorResult | dg.SkipReason:
+    plans = _open_plans(context.instance, stores.stores)
+    run_requests, partitions = _requests(context.instance, plans, world_store)
     if not run_requests and not partitions:
         return dg.SkipReason("no experiment needs a run")
     return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
@@ -106,7 +111,9 @@ def _watched(state: Stores) -> list[str]:
     default_status=dg.DefaultSensorStatus.STOPPED,
     description=f"Re-scores the experiments in ${RESCORE_EXPERIMENTS_ENV} when a new rubric appears in the registry.",
 )
-def rubric_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -> dg.SensorResult | dg.SkipReason:
+def rubric_sensor(
+    context: dg.SensorEvaluationContext, stores: StoresResource, world_store: dg.ResourceParam[Any]
+) -> dg.SensorResult | dg.SkipReason:
     state = stores.stores
     registry = state.rubrics
     current = {name: r.content_hash for name, r in registry.all().items()}
@@ -130,7 +137,7 @@ def rubric_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -
             state.scorings.request(name, rubric, requested_by="rubric_sensor")
             context.log.info(f"re-scoring {name} with the new rubric {rubric}")
             plans.append(plan(context.instance, state, config, rubric))
-    run_requests, partitions = _requests(context.instance, plans)
+    run_requests, partitions = _requests(context.instance, plans, world_store)
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=partitions,

@@ -1,23 +1,28 @@
-"""World store resource: sealed worlds and per-attempt forks.
+"""World store resource: sealed worlds, and rollouts on per-attempt forks of them.
 
-Locally, forks are overlays mounted inside the sandbox (``fork_mode="auto"``
-picks them where the OS allows, else a plain copy, and says which in the
-materialization metadata). On Kubernetes the same seam creates a PVC cloned
-from the world's VolumeSnapshot instead.
+This is the environment seam of a trial: build and seal a world, verify it,
+and run one rollout attempt in a sandbox on a private fork. Locally, forks are
+overlays mounted inside the sandbox process (``fork_mode="auto"`` picks them
+where the OS allows, else a plain copy, and says which in the materialization
+metadata); :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource`
+implements the same methods with PVCs cloned from VolumeSnapshots and pods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 import dagster as dg
 
-from rl_assets.sandbox.launcher import isolation
-from rl_assets.sandbox.protocol import ForkLayout
+from rl_assets.domain.agent import Rollout
+from rl_assets.sandbox.launcher import isolation, run_sandbox
+from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
 from rl_assets.worlds import LocalWorlds
+
+RequestFactory = Callable[[ForkLayout], SandboxRequest]
+"""Builds an attempt's sandbox request once its fork exists (the request names the fork)."""
 
 
 class WorldStoreResource(dg.ConfigurableResource):
@@ -36,8 +41,8 @@ class WorldStoreResource(dg.ConfigurableResource):
     def verified_hash(self, world_id: str) -> str:
         return self._worlds.verified_hash(world_id)
 
-    def world_path(self, world_id: str) -> Path:
-        return self._worlds.world_dir(world_id)
+    def location(self, world_id: str) -> str:
+        return str(self._worlds.world_dir(world_id))
 
     def use_overlay(self) -> bool:
         if self.fork_mode == "copy":
@@ -47,7 +52,22 @@ class WorldStoreResource(dg.ConfigurableResource):
             raise RuntimeError("fork_mode=overlay, but this machine cannot mount an overlay in a sandbox")
         return available
 
-    @contextmanager
-    def fork(self, world_id: str, owner: str, attempt_id: str) -> Iterator[ForkLayout]:
-        with self._worlds.fork(world_id, owner, attempt_id, overlay=self.use_overlay()) as layout:
-            yield layout
+    def network_isolated(self) -> bool:
+        return isolation().network_isolated
+
+    def fork_kind(self) -> str:
+        return "overlay" if self.use_overlay() else "copy"
+
+    def rollout(
+        self,
+        world_id: str,
+        experiment: str,
+        trial_id: str,
+        attempt_id: int,
+        make_request: RequestFactory,
+        timeout_s: float,
+    ) -> Rollout:
+        """One rollout attempt in a sandbox process on a private fork, removed afterwards (also after failure)."""
+        owner = f"{experiment}/{trial_id}"
+        with self._worlds.fork(world_id, owner, f"a{attempt_id}", overlay=self.use_overlay()) as fork:
+            return run_sandbox(make_request(fork), timeout_s=timeout_s)

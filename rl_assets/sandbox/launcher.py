@@ -99,9 +99,14 @@ def run_sandbox(request: SandboxRequest, timeout_s: float) -> Rollout:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise SandboxTimeout(f"rollout of {request.spec.trial_id} exceeded {timeout_s}s and was killed") from None
-    if proc.returncode == EXIT_FAULT:
+    return rollout_from_output(proc.returncode, out, err)
+
+
+def rollout_from_output(exit_code: int | None, out: str, err: str) -> Rollout:
+    """The runner's rollout from what it printed, wherever it ran (a local process or a pod)."""
+    if exit_code == EXIT_FAULT:
         raise SandboxFault(err.strip())
     for line in out.splitlines():
         if line.startswith(RESULT_MARKER):
             return Rollout.model_validate_json(line[len(RESULT_MARKER) :])
-    raise RuntimeError(f"sandbox exited {proc.returncode} without a rollout: {err.strip()[-2000:]}")
+    raise RuntimeError(f"sandbox exited {exit_code} without a rollout: {err.strip()[-2000:]}")

@@ -107,6 +107,12 @@ CREATE TABLE IF NOT EXISTS rl_scorings (
     requested_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (experiment, rubric)
 );
+CREATE TABLE IF NOT EXISTS rl_world_seals (
+    world_id TEXT PRIMARY KEY,
+    content_hash TEXT NOT NULL,
+    snapshot TEXT NOT NULL,
+    sealed_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
 CREATE TABLE IF NOT EXISTS rl_driver_attempts (
     id BIGSERIAL PRIMARY KEY,
     experiment TEXT NOT NULL,

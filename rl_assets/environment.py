@@ -1,0 +1,84 @@
+"""The one switch between running locally and on Kubernetes: ``RL_ASSETS_ENV``.
+
+``local`` (the default) runs every unit in its own local process, on the
+home's embedded Postgres and Ray head; ``kubernetes`` runs each trial's and
+judgment's and training step's step in its own pod (``k8s_job_executor`` with
+per-tier pod config), forks worlds as PVCs cloned from VolumeSnapshots, reads
+the judge's key from a Secret through ``dg.EnvVar``, and reaches the trainer on
+the KubeRay cluster named by ``RL_ASSETS_RAY_ADDRESS``. Storage is Postgres
+either way (``dagster.yaml``, from ``DAGSTER_PG_*``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+import dagster as dg
+
+ENV_VAR = "RL_ASSETS_ENV"
+NAMESPACE_ENV = "RL_ASSETS_K8S_NAMESPACE"
+IMAGE_ENV = "RL_ASSETS_IMAGE"
+
+Environment = Literal["local", "kubernetes"]
+
+
+def current() -> Environment:
+    value = os.environ.get(ENV_VAR, "local")
+    if value not in ("local", "kubernetes"):
+        raise ValueError(f"{ENV_VAR} must be 'local' or 'kubernetes' (got {value!r})")
+    return value  # type: ignore[return-value]
+
+
+def _k8s_settings():
+    from rl_assets.kubernetes import K8sSettings
+
+    return K8sSettings(namespace=os.environ.get(NAMESPACE_ENV, "rl-assets"))
+
+
+def unit_executor() -> dg.ExecutorDefinition:
+    """The executor of trial, judge and train runs: in the run's own process, or one pod per step."""
+    if current() == "local":
+        return dg.in_process_executor
+    from rl_assets.kubernetes import k8s_executor
+
+    return k8s_executor(_k8s_settings())
+
+
+def resources() -> dict[str, Any]:
+    from rl_assets.resources.judge import JudgeResource
+    from rl_assets.resources.stores import StoresResource
+    from rl_assets.resources.trainer import TrainerResource
+
+    common = {
+        "stores": StoresResource(home=dg.EnvVar("RL_ASSETS_HOME")),
+        "trainer": TrainerResource(
+            ray_address=dg.EnvVar("RL_ASSETS_RAY_ADDRESS"), namespace=dg.EnvVar("RL_ASSETS_RAY_NAMESPACE")
+        ),
+    }
+    if current() == "local":
+        from rl_assets.resources.world_store import WorldStoreResource
+
+        return {**common, "world_store": WorldStoreResource(home=dg.EnvVar("RL_ASSETS_HOME")), "judge": JudgeResource()}
+    from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV
+    from rl_assets.resources.k8s_world_store import K8sWorldStoreResource
+
+    return {
+        **common,
+        "world_store": K8sWorldStoreResource(namespace=dg.EnvVar(NAMESPACE_ENV), image=dg.EnvVar(IMAGE_ENV)),
+        "judge": JudgeResource(api_key=dg.EnvVar(JUDGE_KEY_ENV)),
+    }
+
+
+def launch_tags(job: str, partition_key: str, world_store: Any) -> dict[str, str]:
+    """Extra tags of a run the driver sensor requests, made ready for it first.
+
+    On Kubernetes a world's build run mounts the world's PVC in its run worker
+    pod, so the claim is created here, before the run exists.
+    """
+    if current() == "local" or job != "world_job":
+        return {}
+    from rl_assets.kubernetes import world_build_tags
+
+    world_store.claim_world(partition_key)
+    return world_build_tags(partition_key)

@@ -1,0 +1,161 @@
+"""World store on Kubernetes: sealed worlds as VolumeSnapshots, forks as PVCs cloned from them.
+
+Same methods as :class:`~rl_assets.resources.world_store.WorldStoreResource`,
+so the assets do not know where they run:
+
+- ``ensure_built`` runs in the ``world_job`` run worker, which has the world's
+  PVC mounted at ``/world`` (the driver sensor creates the claim and tags the
+  run, see :func:`rl_assets.environment.launch_tags`); it builds the world
+  there, snapshots the PVC and records the seal (hash and snapshot) in
+  Postgres. A snapshot is immutable, so the seal is never re-hashed.
+- ``rollout`` clones a fork PVC from the snapshot, runs the sandbox runner in
+  a rollout pod on it (no network, no secret, no token; see
+  :mod:`rl_assets.kubernetes.pod_specs`), reads the rollout from the pod's
+  log, and deletes pod and fork, also after a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import uuid
+from pathlib import Path
+
+import dagster as dg
+from pydantic import PrivateAttr
+
+from rl_assets.domain.agent import Rollout
+from rl_assets.domain.world import build_world
+from rl_assets.kubernetes.names import world_claim_name, world_snapshot_name
+from rl_assets.kubernetes.pod_specs import FORK_MOUNT, WORLD_MOUNT, rollout_pod
+from rl_assets.kubernetes.rollouts import RolloutPods
+from rl_assets.kubernetes.volumes import WorldNotSealedError, WorldVolumes
+from rl_assets.kubernetes.waiting import Waiting
+from rl_assets.resources.world_store import RequestFactory
+from rl_assets.sandbox.launcher import SandboxTimeout, rollout_from_output
+from rl_assets.sandbox.protocol import ForkLayout
+from rl_assets.stores.database import Database
+from rl_assets.worlds import tree_hash
+
+POD_START_ALLOWANCE_S = 120.0
+"""How much longer than the rollout's own timeout the step waits for its pod (scheduling, image pull)."""
+
+
+class K8sWorldStoreResource(dg.ConfigurableResource):
+    """Worlds and forks in one namespace, through the Kubernetes API (in-cluster credentials)."""
+
+    namespace: str
+    image: str
+    storage_class: str = "rl-assets-worlds"
+    snapshot_class: str = "rl-assets-worlds"
+    world_size: str = "1Gi"
+
+    _api_client: object | None = PrivateAttr(default=None)
+
+    def _client(self):
+        from kubernetes import client, config
+
+        if self._api_client is None:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            self._api_client = client.ApiClient()
+        return self._api_client
+
+    def _volumes(self) -> WorldVolumes:
+        from kubernetes import client
+
+        api = self._client()
+        return WorldVolumes(
+            client.CoreV1Api(api), client.CustomObjectsApi(api), self.namespace, self.storage_class, self.snapshot_class
+        )
+
+    def claim_world(self, world_id: str) -> str:
+        """Create the world's PVC (before its build run's pod, which mounts it, is scheduled)."""
+        return self._volumes().ensure_world_claim(world_id, self.world_size)
+
+    def ensure_built(self, world_id: str) -> tuple[str, bool]:
+        seal = _seal(world_id)
+        if seal is not None:
+            return seal, False
+        root = Path(WORLD_MOUNT)
+        for leftover in root.iterdir():  # a crashed build's partial files
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        staging = root / f".build-{uuid.uuid4().hex}"
+        build_world(world_id, staging)
+        digest = tree_hash(staging)
+        for entry in staging.iterdir():
+            entry.rename(root / entry.name)
+        staging.rmdir()
+        snapshot = self._volumes().snapshot(world_id)
+        _record_seal(world_id, digest, snapshot)
+        return digest, True
+
+    def verified_hash(self, world_id: str) -> str:
+        seal = _seal(world_id)
+        if seal is None:
+            raise WorldNotSealedError(f"world {world_id} has not been built and snapshotted yet")
+        return seal
+
+    def location(self, world_id: str) -> str:
+        return f"pvc {self.namespace}/{world_claim_name(world_id)}, snapshot {world_snapshot_name(world_id)}"
+
+    def network_isolated(self) -> bool:
+        return True  # rollout pods match the deny-all-egress NetworkPolicy (deploy/k8s/networkpolicy-rollout.yaml)
+
+    def fork_kind(self) -> str:
+        return "pvc-clone"
+
+    def rollout(
+        self,
+        world_id: str,
+        experiment: str,
+        trial_id: str,
+        attempt_id: int,
+        make_request: RequestFactory,
+        timeout_s: float,
+    ) -> Rollout:
+        from kubernetes import client
+
+        fork = ForkLayout(kind="copy", lower="", upper="", work="", merged=FORK_MOUNT)
+        request = make_request(fork)
+        pods = RolloutPods(
+            client.CoreV1Api(self._client()), self.namespace, Waiting(timeout_s=timeout_s + POD_START_ALLOWANCE_S)
+        )
+        with self._volumes().fork(experiment, trial_id, attempt_id, world_id) as claim:
+            pod = rollout_pod(
+                experiment=experiment,
+                trial_id=trial_id,
+                attempt=attempt_id,
+                fork_claim=claim,
+                image=self.image,
+                request_json=request.model_dump_json(),
+            )
+            pod["spec"]["activeDeadlineSeconds"] = max(1, math.ceil(timeout_s))  # the kubelet enforces the timeout
+            outcome = pods.run(pod)
+        if outcome.reason == "DeadlineExceeded":
+            raise SandboxTimeout(f"rollout of {trial_id} exceeded {timeout_s}s and its pod was killed")
+        return rollout_from_output(outcome.exit_code, outcome.log, outcome.log)
+
+
+def _seal(world_id: str) -> str | None:
+    db = Database.from_env()
+    try:
+        value = db.scalar("SELECT content_hash FROM rl_world_seals WHERE world_id = %s", (world_id,))
+    finally:
+        db.close()
+    return None if value is None else str(value)
+
+
+def _record_seal(world_id: str, digest: str, snapshot: str) -> None:
+    db = Database.from_env()
+    try:
+        with db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO rl_world_seals (world_id, content_hash, snapshot) VALUES (%s, %s, %s) "
+                "ON CONFLICT (world_id) DO NOTHING",
+                (world_id, digest, snapshot),
+            )
+    finally:
+        db.close()
