@@ -129,8 +129,8 @@ def _describe(p) -> str:
         return f"{p.config.name}: starting"
     if p.done:
         return f"{p.config.name}: {p.config.steps}/{p.config.steps} steps trained (rubric {p.config.rubric})"
-    s = next(s for s in p.steps if not s.trained)
-    phase = "training" if s.train_running else "rolling out"
+    s = next(s for s in p.steps if not s.complete)
+    phase = "training" if s.train_running else ("repairing" if s.trained else "rolling out")
     return (
         f"{p.config.name} ({p.config.rubric}): step {s.step} ({s.step + 1} of {p.config.steps}) {phase}: "
         f"{s.count('ok')} ok, {s.count('failed')} failed, "

@@ -74,6 +74,11 @@ class StepStatus:
     def count(self, state: TrialState) -> int:
         return sum(1 for t in self.trials if t.state == state)
 
+    @property
+    def complete(self) -> bool:
+        """Trained, and every trial settled: a repaired trial reopens a trained step."""
+        return self.trained and all(t.state in ("ok", "failed") for t in self.trials)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -84,11 +89,7 @@ class Plan:
 
     @property
     def done(self) -> bool:
-        return (
-            len(self.steps) == self.config.steps
-            and all(s.trained for s in self.steps)
-            and all(t.state in ("ok", "failed") for s in self.steps for t in s.trials)
-        )
+        return len(self.steps) == self.config.steps and all(s.complete for s in self.steps)
 
     @property
     def steps_trained(self) -> int:
