@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
 from rl_assets.domain.experiment import EXPERIMENT_NAME_PATTERN, ExperimentConfig
 from rl_assets.domain.rubrics import UnknownRubricError
@@ -354,6 +355,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"rl-assets: error: {message} (see {self.prog} --help)\n")
 
 
+def _field_help(field: FieldInfo) -> str:
+    """A model field's description as argparse help (which treats ``%`` as a format character)."""
+    return (field.description or "").replace("%", "%%")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rl-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -366,37 +372,37 @@ def build_parser() -> argparse.ArgumentParser:
     d = ExperimentConfig.model_fields
     train.add_argument("--experiment", required=True, help="experiment name")
     for name in ("steps", "worlds", "prompts", "samples", "max_turns", "generate_retries", "judge_retries"):
-        train.add_argument(f"--{name.replace('_', '-')}", type=int, default=d[name].default, help=d[name].description)
-    train.add_argument("--lr", type=float, default=d["lr"].default, help=d["lr"].description)
-    train.add_argument("--rubric", default=d["rubric"].default, help=d["rubric"].description)
+        train.add_argument(f"--{name.replace('_', '-')}", type=int, default=d[name].default, help=_field_help(d[name]))
+    train.add_argument("--lr", type=float, default=d["lr"].default, help=_field_help(d["lr"]))
+    train.add_argument("--rubric", default=d["rubric"].default, help=_field_help(d["rubric"]))
     train.add_argument(
         "--failed-trial-policy",
         choices=["skip", "mask-group"],
         default="skip",
-        help=d["failed_trial_policy"].description,
+        help=_field_help(d["failed_trial_policy"]),
     )
     f = FaultConfig.model_fields
     for name in ("flaky_trial_rate", "judge_flake_rate", "hang_trial_rate"):
-        train.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, help=f[name].description)
-    train.add_argument("--crash-driver-at-step", type=int, default=None, help=f["crash_driver_at_step"].description)
+        train.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, help=_field_help(f[name]))
+    train.add_argument("--crash-driver-at-step", type=int, default=None, help=_field_help(f["crash_driver_at_step"]))
     x = ExecutionSettings.model_fields
     train.add_argument(
-        "--tool-latency", type=float, default=x["tool_latency_s"].default, help=x["tool_latency_s"].description
+        "--tool-latency", type=float, default=x["tool_latency_s"].default, help=_field_help(x["tool_latency_s"])
     )
     train.add_argument(
-        "--judge-latency", type=float, default=x["judge_latency_s"].default, help=x["judge_latency_s"].description
+        "--judge-latency", type=float, default=x["judge_latency_s"].default, help=_field_help(x["judge_latency_s"])
     )
     train.add_argument(
-        "--trial-timeout", type=float, default=x["trial_timeout_s"].default, help=x["trial_timeout_s"].description
+        "--trial-timeout", type=float, default=x["trial_timeout_s"].default, help=_field_help(x["trial_timeout_s"])
     )
     train.add_argument(
-        "--judge-timeout", type=float, default=x["judge_timeout_s"].default, help=x["judge_timeout_s"].description
+        "--judge-timeout", type=float, default=x["judge_timeout_s"].default, help=_field_help(x["judge_timeout_s"])
     )
     train.add_argument(
         "--max-concurrent-trials",
         type=int,
         default=x["max_concurrent_trials"].default,
-        help=x["max_concurrent_trials"].description,
+        help=_field_help(x["max_concurrent_trials"]),
     )
     train.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     train.set_defaults(func=cmd_train)

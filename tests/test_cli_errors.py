@@ -44,3 +44,13 @@ def test_bad_experiment_name_is_rejected(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 2 and "--experiment: must match" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["train", "rescore", "fork", "rubrics", "status", "report", "dev", "stop"])
+def test_every_command_prints_its_help(command):
+    """Help texts come from the config models' descriptions; one with a bare ``%`` once crashed ``--help``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rl_assets.cli", command, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"usage: rl-assets {command}")
