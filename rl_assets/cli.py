@@ -187,7 +187,9 @@ def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None 
             err = driver.stderr.read().decode() if driver.stderr else ""
             if driver.returncode == EXIT_BUSY:
                 progress.close()
-                raise UsageError(err.strip() or f"experiment {config.name!r} is being trained by another process")
+                # The refusal is the driver's last line (earlier ones are import-time warnings).
+                refusal = err.strip().splitlines()[-1:] or [f"experiment {config.name!r} is being trained elsewhere"]
+                raise UsageError(refusal[0])
             if driver.returncode == EXIT_GAVE_UP:
                 progress.close()
                 raise RuntimeError(err.strip())

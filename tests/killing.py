@@ -1,0 +1,566 @@
+"""Kill real processes of an ``rl-assets train`` at chosen points of durable progress, and audit what survived.
+
+Shared by ``tests/test_kills.py``, ``tests/test_concurrency.py`` and ``benchmarks/soak.py`` (which puts this
+directory on ``sys.path``). Every wait here polls durable state (the ledgers in Postgres, Dagster's run storage)
+against a deadline: a kill lands where the records say the run is, never where a sleep hopes it is.
+
+The processes of one ``train``:
+
+- the CLI, and its children: the driver (``python -m rl_assets.driver.loop``) and the driver's forkserver;
+- run workers, forked by the forkserver into their own sessions (they outlive the driver): found by the
+  ``rl/worker_pid`` tag (``pid@start-time``) of the experiment's active runs, as the reaper finds them;
+- one sandbox per rollout attempt, a child of its worker (it dies with it: ``PR_SET_PDEATHSIG``).
+
+The home's services are never part of a train's tree: its Postgres (the postmaster names the data directory)
+and its Ray head (processes naming the head's temp dir, their descendants such as the trainer actor, and the
+head's Ray client server, which names the head's GCS port).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import dagster as dg
+import psutil
+from dagster import DagsterInstance, DagsterRun, RunsFilter
+
+from rl_assets.assets.partitions import trial_partition_key
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.oracle import oracle_run
+from rl_assets.driver.planner import ACTIVE_STATUSES
+from rl_assets.home import Home
+from rl_assets.services.processes import processes_mentioning
+from rl_assets.services.ray_head import LocalRayHead
+from rl_assets.stores.database import Database
+from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
+
+DEADLINE_S = 300.0
+"""Longest wait for a durable state; far above any state's normal arrival, so only a real hang trips it."""
+POLL_S = 0.05
+REAPED_MESSAGE = "the run's worker process died"
+DIED_DURING_CALL = "process died during the call"
+
+T = TypeVar("T")
+
+
+class NotReached(Exception):
+    """The awaited state did not arrive: the train process ended first, or the deadline passed."""
+
+
+def wait_for(
+    probe: Callable[[], T],
+    what: str,
+    timeout: float = DEADLINE_S,
+    while_running: subprocess.Popen | None = None,
+) -> T:
+    """Poll ``probe`` until it returns something truthy; that value is returned.
+
+    With ``while_running``, give up as soon as that process has exited (the state can no longer arrive).
+    The short sleep between polls is the polling interval, not synchronisation: the condition decides.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if while_running is not None and while_running.poll() is not None:
+            value = probe()  # it may have arrived just before the exit
+            if value:
+                return value
+            raise NotReached(f"{what}: the train process exited ({while_running.returncode}) first")
+        if time.monotonic() > deadline:
+            raise NotReached(f"{what}: not within {timeout:.0f} s")
+        time.sleep(POLL_S)
+
+
+# --- the train command -------------------------------------------------------------------------------------
+
+
+def train_args(config: ExperimentConfig, flags: dict[str, Any] | None = None) -> list[str]:
+    """The full ``train`` arguments of ``config`` plus runtime flags: the same command on every rerun."""
+    args = ["--experiment", config.name]
+    for name in (
+        "steps",
+        "worlds",
+        "prompts",
+        "samples",
+        "lr",
+        "max_turns",
+        "rubric",
+        "generate_retries",
+        "judge_retries",
+        "failed_trial_policy",
+    ):
+        args += [f"--{name.replace('_', '-')}", str(getattr(config, name))]
+    for name, value in (flags or {}).items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return args
+
+
+def cli_command(home: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "rl_assets.cli", *args, "--home", str(home)]
+
+
+@dataclass
+class Train:
+    """One ``rl-assets train --json`` process. Its stderr goes to a file: progress lines must never fill a pipe."""
+
+    proc: subprocess.Popen
+    err_path: Path
+
+    @classmethod
+    def start(cls, home: Path, args: list[str]) -> Train:
+        fd, name = tempfile.mkstemp(prefix="rl-train-", suffix=".err")
+        with os.fdopen(fd, "w") as err:
+            proc = subprocess.Popen(
+                cli_command(home, "train", *args, "--json"),
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+            )
+        return cls(proc, Path(name))
+
+    def finish(self, timeout: float = 900) -> tuple[int, str, str]:
+        """``(exit code, stdout, stderr)`` once it exits."""
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            raise AssertionError(f"train did not finish within {timeout:.0f} s:\n{self.stderr()[-3000:]}") from None
+        return self.proc.returncode, out or "", self.stderr()
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.err_path.unlink(missing_ok=True)
+
+
+def run_train(home: Path, args: list[str], timeout: float = 900) -> tuple[int, str, str]:
+    """Run ``train --json`` to its end: ``(exit code, stdout, stderr)``."""
+    proc = subprocess.run(
+        cli_command(home, "train", *args, "--json"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# --- durable state -----------------------------------------------------------------------------------------
+
+
+class Watch:
+    """The durable state of one experiment, read afresh on every call (ledgers and Dagster's run storage)."""
+
+    def __init__(self, db: Database, instance: DagsterInstance, config: ExperimentConfig) -> None:
+        self.db = db
+        self.instance = instance
+        self.config = config
+
+    def _rows(self, sql: str, *params: object) -> list[tuple]:
+        with self.db.transaction() as cur:
+            cur.execute(sql, (self.config.name, *params))
+            return cur.fetchall()
+
+    def generation_attempts(self) -> list[tuple[str, str, str]]:
+        """``(trial id, identity, outcome)`` of every recorded rollout attempt, in order."""
+        return self._rows(
+            "SELECT trial_id, identity, outcome FROM rl_generation_attempts WHERE experiment = %s ORDER BY id"
+        )
+
+    def judge_calls(self) -> list[tuple[str, str, str, str | None]]:
+        """``(trial id, verdict key, status, cause)`` of every paid judge call, in order."""
+        return self._rows(
+            "SELECT trial_id, verdict_key, status, cause FROM rl_judge_calls WHERE experiment = %s ORDER BY id"
+        )
+
+    def unfinished(self, table: str) -> list[tuple[str, float]]:
+        """``(trial id, start epoch)`` of rollout attempts still ``running`` or judge calls still ``claimed``."""
+        status = {"rl_generation_attempts": "outcome = 'running'", "rl_judge_calls": "status = 'claimed'"}[table]
+        return self._rows(
+            f"SELECT trial_id, extract(epoch FROM started_at) FROM {table} WHERE experiment = %s AND {status} "
+            "ORDER BY id"
+        )
+
+    def trained(self) -> list[tuple[int, int, str]]:
+        """``(step, actor pid, policy hash)`` of every ledgered step."""
+        return self._rows(
+            "SELECT step, actor_pid, policy_hash FROM rl_train_ledger WHERE experiment = %s AND rubric = %s "
+            "ORDER BY step",
+            self.config.rubric,
+        )
+
+    def failed_for_good(self) -> list[str]:
+        return sorted(r[0] for r in self._rows("SELECT trial_id FROM rl_trial_failures WHERE experiment = %s"))
+
+    def rewarded(self) -> set[str]:
+        """Trial partition keys of the experiment whose reward is materialized (what the planner counts ok)."""
+        keys = self.instance.get_materialized_partitions(dg.AssetKey("rewards"))
+        return {k for k in keys if k.startswith(f"{self.config.name}/")}
+
+    def progress(self) -> int:
+        """A monotone count of durable events: rollout attempts, judge calls, rewards, trained steps."""
+        counts = self._rows(
+            "SELECT (SELECT count(*) FROM rl_generation_attempts WHERE experiment = %s) "
+            "+ (SELECT count(*) FROM rl_judge_calls WHERE experiment = %s) "
+            "+ (SELECT count(*) FROM rl_train_ledger WHERE experiment = %s)",
+            self.config.name,
+            self.config.name,
+        )
+        return int(counts[0][0]) + len(self.rewarded())
+
+    def runs(self) -> list[DagsterRun]:
+        return list(self.instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: self.config.name})))
+
+    def active_runs(self) -> list[DagsterRun]:
+        return [r for r in self.runs() if r.status in ACTIVE_STATUSES]
+
+    def trial_key(self, trial_id: str) -> str:
+        step, slot = trial_id.split("-", 1)
+        return str(trial_partition_key(self.config, int(step.removeprefix("s")), slot))
+
+    def run_of_trial(self, trial_id: str) -> DagsterRun | None:
+        """The active run of a trial, once its worker is tagged on it."""
+        key = self.trial_key(trial_id)
+        for run in self.active_runs():
+            if run.tags.get(PARTITION_TAG) == key and WORKER_PID_TAG in run.tags:
+                return run
+        return None
+
+    def run_status(self, run_id: str) -> dg.DagsterRunStatus:
+        run = self.instance.get_run_by_id(run_id)
+        assert run is not None
+        return run.status
+
+    def failure_message(self, run_id: str) -> str:
+        """The message of the run's RUN_FAILURE event ('' if it has none)."""
+        for record in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE):
+            return record.message or ""
+        return ""
+
+
+def worker_of(run: DagsterRun) -> psutil.Process | None:
+    """The live process named by a run's ``rl/worker_pid`` tag (pid and start time must both match)."""
+    identity = run.tags.get(WORKER_PID_TAG)
+    if identity is None:
+        return None
+    pid, _, started = identity.partition("@")
+    try:
+        proc = psutil.Process(int(pid))
+        if f"{proc.create_time():.2f}" != started or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.Error:
+        return None
+
+
+def sandboxes_of(worker: psutil.Process) -> list[psutil.Process]:
+    """The worker's live sandbox processes (the runner, and the ``unshare`` in front of it)."""
+    try:
+        return [p for p in worker.children(recursive=True) if alive(p)]
+    except psutil.Error:
+        return []
+
+
+def alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (a killed process whose parent has not reaped it yet is gone)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _descendants(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    found: dict[int, psutil.Process] = {}
+    for proc in procs:
+        found.setdefault(proc.pid, proc)
+        try:
+            for child in proc.children(recursive=True):
+                found.setdefault(child.pid, child)
+        except psutil.Error:
+            pass
+    return list(found.values())
+
+
+def ray_head_processes(home: Path) -> list[psutil.Process]:
+    """Every process of the home's Ray head: those naming its temp dir, their descendants (raylet's workers,
+    the trainer actors, the agents), and its Ray client server (which names only the head's GCS port)."""
+    head = LocalRayHead(Home(home))
+    procs = _descendants(processes_mentioning(str(head.temp_dir)))
+    address = head.address()
+    if address is not None:
+        port = address.rsplit(":", 1)[1]
+        for proc in processes_mentioning(f":{port}"):
+            try:
+                cmdline = proc.cmdline()
+            except psutil.Error:
+                continue
+            if "ray.util.client.server" in cmdline and any(
+                a.startswith("--address=") and a.endswith(f":{port}") for a in cmdline
+            ):
+                procs.append(proc)
+    return list({p.pid: p for p in procs}.values())
+
+
+def service_pids(home: Path) -> set[int]:
+    """Pids of the home's services (Postgres, Ray head): never part of a train's process tree."""
+    postgres = _descendants(processes_mentioning(str(Home(home).postgres_data)))
+    return {p.pid for p in [*postgres, *ray_head_processes(home)]}
+
+
+def sigkill(procs: Iterable[psutil.Process], timeout: float = 30) -> list[int]:
+    """SIGKILL every process, in the order given, and wait until each is gone (a zombie counts as gone)."""
+    procs = list({p.pid: p for p in procs}.values())
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + timeout
+    while living := [p for p in procs if alive(p)]:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still alive {timeout:.0f} s after SIGKILL: {[p.pid for p in living]}")
+        time.sleep(POLL_S)
+    return [p.pid for p in procs]
+
+
+def kill_train_tree(train: Train, watch: Watch, home: Path) -> list[int]:
+    """SIGKILL the whole tree of a ``train``: CLI first (it restarts no driver), then the driver and its
+    forkserver (they start no more workers), then every run worker of the experiment and its sandboxes.
+
+    A worker forked just before its driver died may be tagged on its run only later, so the experiment's
+    active runs are scanned again until a pass finds no live worker.
+    """
+    services = service_pids(home)
+    root = psutil.Process(train.proc.pid)
+    tree = [p for p in _descendants([root]) if p.pid not in services]
+    killed = sigkill(tree)
+    train.proc.wait()
+    for _ in range(20):
+        workers = [w for w in (worker_of(r) for r in watch.active_runs()) if w is not None]
+        workers = [p for p in _descendants(workers) if p.pid not in services]
+        if not workers:
+            break
+        killed += sigkill(workers)
+    return killed
+
+
+def driver_of(train: Train) -> psutil.Process | None:
+    """The CLI's live driver process."""
+    try:
+        children = psutil.Process(train.proc.pid).children()
+    except psutil.Error:
+        return None
+    for child in children:
+        try:
+            if "rl_assets.driver.loop" in child.cmdline() and alive(child):
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+def actor_process(pid: int) -> psutil.Process:
+    """The trainer actor's process, checked to be a Ray worker (never SIGKILL a reused pid)."""
+    proc = psutil.Process(pid)
+    title = " ".join(proc.cmdline())
+    assert "TrainerActor" in title or "ray" in title, f"pid {pid} is not a Ray actor: {title!r}"
+    return proc
+
+
+# --- kill points -------------------------------------------------------------------------------------------
+
+KillKind = Literal["tree", "trial", "judge", "actor", "head"]
+KILL_KINDS: tuple[KillKind, ...] = ("tree", "trial", "judge", "actor", "head")
+
+
+def durable_events(config: ExperimentConfig) -> int:
+    """The durable events of a clean run: an attempt, a judge call and a reward per trial, a row per step."""
+    return 3 * config.steps * config.prompts * config.samples + config.steps
+
+
+@dataclass(frozen=True)
+class Kill:
+    """What one kill hit: its kind, where it landed, the pids it killed, the runs it left active."""
+
+    kind: KillKind
+    at: str
+    pids: list[int]
+    runs_left_active: list[str] = field(default_factory=list)
+    trial_id: str | None = None
+
+
+def kill(kind: KillKind, train: Train, watch: Watch, home: Path, after_progress: int = 0) -> Kill:
+    """Wait until at least ``after_progress`` durable events exist and the kind's target is live, then SIGKILL it.
+
+    - ``tree``: the train's whole process tree;
+    - ``trial``: the run worker of a trial whose rollout attempt is recorded running and whose sandbox is up;
+    - ``judge``: the run worker of a trial whose judge call is recorded ``claimed`` (paid, not yet recorded);
+    - ``actor``: the trainer actor of the experiment (pid from the training ledger);
+    - ``head``: every process of the home's Ray head.
+
+    Raises :class:`NotReached` if the train ends before the target appears.
+    """
+    proc = train.proc
+    wait_for(lambda: watch.progress() >= after_progress, f"{after_progress} durable events", while_running=proc)
+    at = f"after {watch.progress()} durable events"
+    if kind == "tree":
+        active = [r.run_id for r in watch.active_runs()]
+        return Kill(kind, at, kill_train_tree(train, watch, home), active)
+    if kind in ("trial", "judge"):
+        worker, run, trial_id = wait_for(
+            lambda: target_worker(watch, kind), f"a {kind} worker to kill", while_running=proc
+        )
+        doomed = [worker, *sandboxes_of(worker)]
+        pids = sigkill(doomed)
+        return Kill(kind, f"{at}, {trial_id} {'mid-rollout' if kind == 'trial' else 'mid-call'}", pids, [run], trial_id)
+    if kind == "actor":
+        step, pid, _ = wait_for(lambda: (watch.trained() or [None])[-1], "a trained step", while_running=proc)
+        return Kill(kind, f"{at}, after step {step} was trained", sigkill([actor_process(pid)]))
+    procs = ray_head_processes(home)
+    assert procs, f"no Ray head process of {home} found"
+    return Kill(kind, at, sigkill(procs))
+
+
+def target_worker(watch: Watch, kind: KillKind) -> tuple[psutil.Process, str, str] | None:
+    """A live worker in the middle of a rollout (``trial``) or of a judge call (``judge``).
+
+    A row left unfinished by an earlier kill stays unfinished for ever; only a row that the trial's current
+    run started (after that run's start) says the current run is inside the window.
+    """
+    table = "rl_generation_attempts" if kind == "trial" else "rl_judge_calls"
+    for trial_id, started in watch.unfinished(table):
+        run = watch.run_of_trial(trial_id)
+        worker = worker_of(run) if run is not None else None
+        if run is None or worker is None:
+            continue
+        record = watch.instance.get_run_record_by_id(run.run_id)
+        if record is None or record.start_time is None or float(started) < record.start_time:
+            continue
+        if kind == "trial" and not any(_is_runner(p) for p in sandboxes_of(worker)):
+            continue  # the attempt is recorded but its sandbox is not up yet: not mid-rollout
+        return worker, run.run_id, trial_id
+    return None
+
+
+def _is_runner(proc: psutil.Process) -> bool:
+    try:
+        return "rl_assets.sandbox.runner" in proc.cmdline()
+    except psutil.Error:
+        return False
+
+
+def random_kill_point(rng: random.Random, config: ExperimentConfig) -> int:
+    """A durable-progress point strictly inside a clean run of ``config``."""
+    return rng.randrange(1, durable_events(config))
+
+
+# --- expectations and evidence -----------------------------------------------------------------------------
+
+
+def clean_result(config: ExperimentConfig, failed: frozenset[str] = frozenset()) -> tuple[list, dict]:
+    """``(table, weights)`` of the in-memory oracle, shaped as in ``train --json`` (see ``conftest``)."""
+    steps, policy = oracle_run(config, failed)
+    return (
+        [(s.mean_reward, s.mean_turns, len(s.rewards)) for s in steps],
+        {w: [round(x, 6) for x in p] for w, p in sorted(policy.priors.items())},
+    )
+
+
+def result_table(result: dict) -> list:
+    return [(s["mean_reward"], s["mean_turns"], s["trials_ok"]) for s in result["steps"]]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the ledgers say was executed, against what a run of ``config`` needs exactly once."""
+
+    trials: int
+    steps: int
+    ok_generations: Counter
+    """trial id -> rollout attempts that finished ok (must be 1 each: a completed rollout is never redone)."""
+    unfinished_generations: int
+    """Attempts left ``running``: killed mid-rollout; each one is a rollout the crash lost, redone once."""
+    done_calls: Counter
+    """verdict key -> judge calls recorded done (must be 1 each: a recorded verdict is never paid again)."""
+    claimed_calls: int
+    """Calls left ``claimed``: a process died during the call; each is one counted, unavoidable extra call."""
+    judge_calls: int
+    causes: Counter
+    train_rows: int
+    failed_for_good: list[str]
+
+    @classmethod
+    def of(cls, watch: Watch) -> Evidence:
+        config = watch.config
+        attempts = watch.generation_attempts()
+        calls = watch.judge_calls()
+        causes = Counter(cause for _, _, _, cause in calls if cause)  # as `rl-assets report` counts them
+        claimed = sum(1 for _, _, status, _ in calls if status == "claimed")
+        if claimed:
+            causes[DIED_DURING_CALL] = claimed
+        return cls(
+            trials=config.steps * config.prompts * config.samples,
+            steps=config.steps,
+            ok_generations=Counter(t for t, _, outcome in attempts if outcome == "ok"),
+            unfinished_generations=sum(1 for _, _, outcome in attempts if outcome == "running"),
+            done_calls=Counter(key for _, key, status, _ in calls if status == "done"),
+            claimed_calls=claimed,
+            judge_calls=len(calls),
+            causes=causes,
+            train_rows=len(watch.trained()),
+            failed_for_good=watch.failed_for_good(),
+        )
+
+    @property
+    def double_generations(self) -> list[str]:
+        return sorted(t for t, n in self.ok_generations.items() if n > 1)
+
+    @property
+    def double_verdicts(self) -> list[str]:
+        return sorted(k for k, n in self.done_calls.items() if n > 1)
+
+    @property
+    def double_applications(self) -> int:
+        """Completed units executed again: rollouts, verdicts, train steps beyond one each."""
+        return (
+            sum(n - 1 for n in self.ok_generations.values() if n > 1)
+            + sum(n - 1 for n in self.done_calls.values() if n > 1)
+            + max(0, self.train_rows - self.steps)
+        )
+
+    def problems(self) -> list[str]:
+        """Every way the ledgers differ from 'each unit done exactly once, extra calls only where counted'."""
+        found = []
+        if self.double_generations:
+            found.append(f"rollouts completed twice: {self.double_generations}")
+        if len(self.ok_generations) != self.trials:
+            found.append(f"{len(self.ok_generations)} of {self.trials} trials have a completed rollout")
+        if self.double_verdicts:
+            found.append(f"verdicts paid twice after being recorded: {self.double_verdicts}")
+        if len(self.done_calls) != self.trials:
+            found.append(f"{len(self.done_calls)} of {self.trials} trials have a recorded verdict")
+        if self.judge_calls != self.trials + self.claimed_calls:
+            found.append(f"judge_calls {self.judge_calls} != trials {self.trials} + claimed {self.claimed_calls}")
+        if self.train_rows != self.steps:
+            found.append(f"train_applications {self.train_rows} != steps {self.steps}")
+        if self.failed_for_good:
+            found.append(f"trials failed for good: {self.failed_for_good}")
+        return found
