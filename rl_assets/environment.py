@@ -19,6 +19,7 @@ import dagster as dg
 ENV_VAR = "RL_ASSETS_ENV"
 NAMESPACE_ENV = "RL_ASSETS_K8S_NAMESPACE"
 IMAGE_ENV = "RL_ASSETS_IMAGE"
+JUDGE_RATE_ENV = "RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE"
 
 Environment = Literal["local", "kubernetes"]
 
@@ -28,6 +29,16 @@ def current() -> Environment:
     if value not in ("local", "kubernetes"):
         raise ValueError(f"{ENV_VAR} must be 'local' or 'kubernetes' (got {value!r})")
     return value  # type: ignore[return-value]
+
+
+def judge_max_calls_per_minute() -> int | None:
+    """The judge API's quota from ``RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE`` (unset: no limit)."""
+    value = os.environ.get(JUDGE_RATE_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{JUDGE_RATE_ENV} must be a whole number of calls >= 1 (got {value!r})")
+    return int(value)
 
 
 def _k8s_settings():
@@ -50,6 +61,7 @@ def resources() -> dict[str, Any]:
     from rl_assets.resources.stores import StoresResource
     from rl_assets.resources.trainer import TrainerResource
 
+    rate = judge_max_calls_per_minute()
     common = {
         "stores": StoresResource(home=dg.EnvVar("RL_ASSETS_HOME")),
         "trainer": TrainerResource(
@@ -59,14 +71,18 @@ def resources() -> dict[str, Any]:
     if current() == "local":
         from rl_assets.resources.world_store import WorldStoreResource
 
-        return {**common, "world_store": WorldStoreResource(home=dg.EnvVar("RL_ASSETS_HOME")), "judge": JudgeResource()}
+        return {
+            **common,
+            "world_store": WorldStoreResource(home=dg.EnvVar("RL_ASSETS_HOME")),
+            "judge": JudgeResource(max_calls_per_minute=rate),
+        }
     from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV
     from rl_assets.resources.k8s_world_store import K8sWorldStoreResource
 
     return {
         **common,
         "world_store": K8sWorldStoreResource(namespace=dg.EnvVar(NAMESPACE_ENV), image=dg.EnvVar(IMAGE_ENV)),
-        "judge": JudgeResource(api_key=dg.EnvVar(JUDGE_KEY_ENV)),
+        "judge": JudgeResource(api_key=dg.EnvVar(JUDGE_KEY_ENV), max_calls_per_minute=rate),
     }
 
 

@@ -4,6 +4,10 @@ The simulated judge stands in for an LLM API: it sleeps ``latency_s`` per call
 and every call counts as billed. A real judge plugs in by replacing
 :meth:`JudgeResource._call`; ``api_key`` then comes from ``dg.EnvVar`` (a
 Kubernetes Secret in production) and is never logged or put in metadata.
+
+Two limits protect a paid API: the ``judge`` pool (Dagster's, set with
+``dagster instance concurrency set judge N``) bounds concurrent calls, and
+``max_calls_per_minute`` bounds their rate across every process.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import dagster as dg
 
 from rl_assets.domain.models import Rubric, Trajectory, Verdict
 from rl_assets.domain.scoring import simulated_judge
+from rl_assets.stores.judge_rate import JudgeRateLimit
 from rl_assets.stores.verdicts import VerdictLedger, verdict_key
 
 
@@ -27,6 +32,9 @@ class JudgeResource(dg.ConfigurableResource):
 
     judge_id: str = "simulated-v1"
     api_key: str | None = None
+    max_calls_per_minute: int | None = None
+    """The API's quota; None for no limit. A call waits for a free slot at most ``rate_wait_s``."""
+    rate_wait_s: float = 900.0
 
     def key(self, experiment: str, trajectory: Trajectory, rubric: Rubric) -> str:
         """Verdicts are scoped to their experiment, so each experiment's judge bill is its own."""
@@ -48,6 +56,12 @@ class JudgeResource(dg.ConfigurableResource):
     ) -> tuple[Verdict, bool]:
         """``(verdict, cache_hit)``; the API is called only when no verdict is recorded."""
 
+        limit = (
+            None
+            if self.max_calls_per_minute is None
+            else JudgeRateLimit(ledger.db, self.judge_id, self.max_calls_per_minute)
+        )
+
         def call() -> Verdict:
             pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
             future = pool.submit(self._call, trajectory, rubric, latency_s)
@@ -58,4 +72,10 @@ class JudgeResource(dg.ConfigurableResource):
             finally:
                 pool.shutdown(wait=False)
 
-        return ledger.judge_once(self.key(experiment, trajectory, rubric), experiment, trajectory.trial_id, call)
+        return ledger.judge_once(
+            self.key(experiment, trajectory, rubric),
+            experiment,
+            trajectory.trial_id,
+            call,
+            reserve=None if limit is None else lambda: limit.acquire(self.rate_wait_s),
+        )

@@ -113,6 +113,12 @@ CREATE TABLE IF NOT EXISTS rl_world_seals (
     snapshot TEXT NOT NULL,
     sealed_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS rl_judge_rate (
+    id BIGSERIAL PRIMARY KEY,
+    judge_id TEXT NOT NULL,
+    called_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS rl_judge_rate_window ON rl_judge_rate (judge_id, called_at);
 CREATE TABLE IF NOT EXISTS rl_driver_attempts (
     id BIGSERIAL PRIMARY KEY,
     experiment TEXT NOT NULL,

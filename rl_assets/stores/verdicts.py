@@ -84,10 +84,19 @@ class VerdictLedger:
                 damaged.append(key)
         return damaged
 
-    def judge_once(self, key: str, experiment: str, trial_id: str, call: Callable[[], Verdict]) -> tuple[Verdict, bool]:
+    def judge_once(
+        self,
+        key: str,
+        experiment: str,
+        trial_id: str,
+        call: Callable[[], Verdict],
+        reserve: Callable[[], object] | None = None,
+    ) -> tuple[Verdict, bool]:
         """The verdict for ``key``, calling ``call`` only if none is recorded.
 
-        Returns ``(verdict, cache_hit)``.
+        ``reserve`` (a rate limit's slot) runs once a call is certain, before
+        it is claimed: a reservation that fails leaves no claim, since nothing
+        was billed. Returns ``(verdict, cache_hit)``.
         """
         cached, cause = self._usable(key)
         if cached is not None:
@@ -101,6 +110,8 @@ class VerdictLedger:
             if cached is not None:
                 return cached, True
             cause = cause or cause_now
+            if reserve is not None:
+                reserve()
             with self.db.transaction() as cur:
                 cur.execute(
                     "INSERT INTO rl_judge_calls (verdict_key, experiment, trial_id, status, cause) "
