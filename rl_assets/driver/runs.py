@@ -60,7 +60,7 @@ class WorkerLauncher:
 
 
 def reap_dead_runs(instance: DagsterInstance, experiment: str) -> list[str]:
-    """Mark failed the in-flight runs of ``experiment`` whose worker is gone."""
+    """Mark failed the in-flight runs of ``experiment`` whose worker is gone, and free their pool slots."""
     reaped = []
     runs = instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: experiment, LAUNCHED_BY_TAG: "cli-driver"}))
     for run in runs:
@@ -74,5 +74,7 @@ def reap_dead_runs(instance: DagsterInstance, experiment: str) -> list[str]:
             dead = record is not None and time.time() - record.create_timestamp.timestamp() > UNCLAIMED_GRACE_S
         if dead:
             instance.report_run_failed(run, "the run's worker process died; the driver will launch the unit again")
+            # Its pool slots (a judge slot, say) would otherwise stay claimed: without a daemon nothing frees them.
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
             reaped.append(run.run_id)
     return reaped

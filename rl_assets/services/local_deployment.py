@@ -28,6 +28,19 @@ storage:
       password: {env: DAGSTER_PG_PASSWORD}
       db_name: {env: DAGSTER_PG_DB}
       scheme: postgresql+psycopg2
+concurrency:
+  # Runs launched from the UI, sensors and backfills wait in the daemon's queue.
+  # (The CLI driver launches its own runs and bounds them with --max-concurrent-trials.)
+  runs:
+    max_concurrent_runs: 16
+    tag_concurrency_limits:
+      - key: rl/kind
+        value: train
+        limit: 4  # training runs at once, across experiments: what the Ray cluster holds
+  # Every pool (rollout, judge, train) allows this many steps at once across all runs, unless
+  # set on its own: `dagster instance concurrency set judge 4` bounds concurrent judge calls.
+  pools:
+    default_limit: 16
 run_monitoring:
   enabled: true
   poll_interval_seconds: 5

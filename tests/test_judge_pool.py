@@ -1,0 +1,71 @@
+"""The ``judge`` pool bounds concurrent judge calls across runs, and a killed judge frees its slot.
+
+With the pool set to one slot (as ``dagster instance concurrency set judge 1`` does), three trials judged at
+once are serialized by Dagster: their paid calls never overlap, and the steps that waited say so in the run
+logs. A judging worker SIGKILLed while it holds the slot does not leave the pool blocked: the driver that
+reaps its run frees the slot, and the experiment finishes with the clean result.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+from killing import Train, Watch, clean_result, kill, result_table, train_args
+
+from rl_assets.domain.experiment import ExperimentConfig
+
+POOL = "judge"
+
+
+@pytest.fixture
+def one_judge_slot(instance):
+    storage = instance.event_log_storage
+    storage.set_concurrency_slots(POOL, 1)
+    yield storage
+    storage.delete_concurrency_limit(POOL)
+
+
+def _call_intervals(stores, experiment: str) -> list[tuple[float, float]]:
+    with stores.db.transaction() as cur:
+        cur.execute(
+            "SELECT extract(epoch FROM started_at), extract(epoch FROM finished_at) FROM rl_judge_calls "
+            "WHERE experiment = %s AND status = 'done' ORDER BY started_at",
+            (experiment,),
+        )
+        return [(float(a), float(b)) for a, b in cur.fetchall()]
+
+
+def _blocked_messages(instance, watch: Watch) -> list[str]:
+    messages = []
+    for run in watch.runs():
+        for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+            if f"blocked by limit for pool {POOL}" in (record.message or ""):
+                messages.append(record.message)
+    return messages
+
+
+def test_one_judge_slot_serializes_calls_and_a_killed_holder_frees_it(home, stores, instance, one_judge_slot):
+    config = ExperimentConfig(name="judge-pool", steps=1, worlds=1, prompts=1, samples=3)
+    args = train_args(config, {"judge_latency": 1.5, "max_concurrent_trials": 3})
+    watch = Watch(stores.db, instance, config)
+    train = Train.start(home, args)
+    try:
+        landed = kill("judge", train, watch, home)  # the holder of the only slot, mid-call
+        code, out, err = train.finish()
+    finally:
+        train.close()
+    assert code == 0, err[-3000:]
+
+    result = json.loads(out)
+    table, weights = clean_result(config)
+    assert result_table(result) == table and result["weights"] == weights
+    assert result["counts"]["judge_calls"] == 4, "three verdicts and the one the kill lost"
+    calls = _call_intervals(stores, config.name)
+    assert len(calls) == 3
+    for (_, first_end), (second_start, _) in zip(calls, calls[1:], strict=False):
+        assert second_start >= first_end, f"judge calls overlapped: {calls}"
+    assert _blocked_messages(instance, watch), "some judging step waited for the pool"
+    assert landed.runs_left_active, "the kill left the holder's run active"
+    assert one_judge_slot.get_concurrency_info(POOL).claimed_slots == [], "every slot is free again"
