@@ -1,8 +1,10 @@
 """The sandbox's outside: start the runner isolated, enforce the timeout.
 
 Isolation, best the OS allows, probed once per process:
-- as root: ``unshare --mount --net`` (private mounts, no network), and the
-  fork is an overlay mounted inside that namespace;
+- as root: ``unshare --mount --net --pid`` (private mounts, no network, a
+  fresh ``/proc`` that shows no process outside the sandbox, so no other
+  process's environment), the fork an overlay mounted inside, and every
+  other mount made read-only there;
 - otherwise, where user namespaces are enabled: the same in a user namespace;
 - otherwise: a plain subprocess, a plain-copy fork, and metadata that says so.
 
@@ -28,8 +30,11 @@ from rl_assets.sandbox.protocol import EXIT_FAULT, RESULT_MARKER, SandboxFault, 
 
 _PR_SET_PDEATHSIG = 1
 _ISOLATIONS = (
-    ("namespaces", ["unshare", "--mount", "--net", "--fork", "--kill-child"]),
-    ("user-namespaces", ["unshare", "--user", "--map-root-user", "--mount", "--net", "--fork", "--kill-child"]),
+    ("namespaces", ["unshare", "--mount", "--net", "--pid", "--mount-proc", "--fork", "--kill-child"]),
+    (
+        "user-namespaces",
+        ["unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--mount-proc", "--fork", "--kill-child"],
+    ),
 )
 
 
@@ -47,6 +52,11 @@ class Isolation:
     @property
     def network_isolated(self) -> bool:
         return "--net" in self.prefix
+
+    @property
+    def confines_writes(self) -> bool:
+        """Whether the runner gets its own mount and pid namespaces, where it can make mounts read-only."""
+        return "--pid" in self.prefix and "--mount" in self.prefix
 
 
 def _die_with_parent() -> None:
@@ -76,20 +86,25 @@ def isolation() -> Isolation:
     return Isolation("none", (), overlay=False)
 
 
-def run_sandbox(request: SandboxRequest, timeout_s: float) -> Rollout:
-    """Run one rollout attempt; raises SandboxFault, SandboxTimeout or RuntimeError."""
-    cmd = [*isolation().prefix, sys.executable, "-m", "rl_assets.sandbox.runner"]
-    env = {
+def sandbox_env() -> dict[str, str]:
+    """The sandbox's whole environment: nothing of the parent's (no judge key, no database password)."""
+    return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path),
     }
+
+
+def run_sandbox(request: SandboxRequest, timeout_s: float) -> Rollout:
+    """Run one rollout attempt; raises SandboxFault, SandboxTimeout or RuntimeError."""
+    cmd = [*isolation().prefix, sys.executable, "-m", "rl_assets.sandbox.runner"]
+    request = request.model_copy(update={"confine_writes": isolation().confines_writes})
     proc = subprocess.Popen(
         cmd,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,  # nothing of the parent's environment (no secrets) reaches the sandbox
+        env=sandbox_env(),
         cwd=request.fork.merged if request.fork.kind == "copy" else "/",
         preexec_fn=_die_with_parent,
     )
