@@ -208,3 +208,43 @@ def test_examples_are_what_the_code_generates() -> None:
         if os.environ.get("RL_ASSETS_UPDATE_EXAMPLES") == "1":
             path.write_text(text)
         assert path.read_text() == text, f"{path} is stale: rerun with RL_ASSETS_UPDATE_EXAMPLES=1"
+
+
+def test_user_code_env_provides_every_env_var_the_kubernetes_definitions_read(monkeypatch) -> None:
+    """A dg.EnvVar the code reads but the deployment does not set fails only at run time, on the cluster."""
+    import dagster as dg
+
+    from rl_assets.environment import ENV_VAR, resources
+    from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV
+
+    monkeypatch.setenv(ENV_VAR, "kubernetes")
+    read = {
+        value.env_var_name
+        for resource in resources().values()
+        for name in type(resource).model_fields
+        if isinstance(value := getattr(resource, name), dg.EnvVar)
+    }
+    (deployment,) = yaml.safe_load(HELM_VALUES.read_text())["dagster-user-deployments"]["deployments"]
+    env = deployment["env"]
+    assert read - {JUDGE_KEY_ENV} <= set(env), sorted(read - {JUDGE_KEY_ENV} - set(env))
+    assert JUDGE_KEY_ENV not in env, "the judge's key reaches only the judging pod, from its Secret"
+    assert {"DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USER", "DAGSTER_PG_DB"} <= set(env)
+    assert "DAGSTER_PG_PASSWORD" not in env, "the password comes from the chart's Secret only"
+
+
+def test_the_home_volume_is_mounted_at_rl_assets_home_in_code_run_and_step_pods() -> None:
+    values = yaml.safe_load(HELM_VALUES.read_text())
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    home = deployment["env"]["RL_ASSETS_HOME"]
+    (claim,) = [c for c in _of_kind("PersistentVolumeClaim") if c["metadata"]["name"] == "rl-assets-home"]
+    run_config = values["runLauncher"]["config"]["k8sRunLauncher"]["runK8sConfig"]
+    for volumes, mounts in (
+        (deployment["volumes"], deployment["volumeMounts"]),
+        (run_config["podSpecConfig"]["volumes"], run_config["containerConfig"]["volumeMounts"]),
+    ):
+        (volume,) = [v for v in volumes if v.get("persistentVolumeClaim", {}).get("claimName") == "rl-assets-home"]
+        assert {"name": volume["name"], "mountPath": home} in mounts
+    assert (
+        claim["metadata"]["namespace"]
+        == values["dagster-user-deployments"]["deployments"][0]["env"]["RL_ASSETS_K8S_NAMESPACE"]
+    )
