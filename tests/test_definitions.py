@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from rl_assets.definitions import defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
+from rl_assets.stores.experiments import UnknownExperimentError
 
 
 def test_definitions_validate_and_the_graph_is_worlds_trajectories_rewards_weights_with_rubrics_into_rewards():
@@ -54,6 +56,27 @@ def test_launchpad_records_the_experiment(home, stores, instance):
     )
     assert result.success
     assert stores.experiments.get("from-ui") == ExperimentConfig(name="from-ui", steps=1, prompts=1)
+
+
+def test_launchpad_injects_faults_and_refuses_a_bad_rate(home, stores, instance):
+    job = defs.resolve_job_def("start_experiment_job")
+    chaos = {"name": "ui-chaos", "steps": 1, "flaky_trial_rate": 0.25, "judge_flake_rate": 0.3, "trial_timeout_s": 30}
+    result = job.execute_in_process(run_config={"ops": {"start_experiment": {"config": chaos}}}, instance=instance)
+    assert result.success
+    runtime = stores.experiments.runtime("ui-chaos")
+    assert (runtime.faults.flaky_trial_rate, runtime.faults.judge_flake_rate) == (0.25, 0.3)
+    assert runtime.execution.trial_timeout_s == 30
+
+    bad = {"name": "ui-bad", "steps": 1, "hang_trial_rate": 1.5}
+    result = job.execute_in_process(
+        run_config={"ops": {"start_experiment": {"config": bad}}}, instance=instance, raise_on_error=False
+    )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert "hang_trial_rate" in failure.step_failure_data.error.message
+    assert "less than or equal to 1" in failure.step_failure_data.error.message
+    with pytest.raises(UnknownExperimentError):
+        stores.experiments.get("ui-bad")  # nothing was recorded
 
 
 def test_sensor_plans_deterministic_run_requests_for_an_unstarted_experiment(home, stores, instance):

@@ -10,7 +10,7 @@ is unchanged; ``rescore_experiment_job`` a re-scoring of a finished one.
 from typing import Literal
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
@@ -18,6 +18,7 @@ from rl_assets.resources.stores import StoresResource
 
 _E = ExperimentConfig.model_fields
 _X = ExecutionSettings.model_fields
+_F = FaultConfig.model_fields
 
 
 class StartExperimentConfig(dg.Config):
@@ -38,16 +39,29 @@ class StartExperimentConfig(dg.Config):
     )
     tool_latency_s: float = Field(_X["tool_latency_s"].default, description=_X["tool_latency_s"].description)
     judge_latency_s: float = Field(_X["judge_latency_s"].default, description=_X["judge_latency_s"].description)
+    trial_timeout_s: float = Field(_X["trial_timeout_s"].default, description=_X["trial_timeout_s"].description)
+    judge_timeout_s: float = Field(_X["judge_timeout_s"].default, description=_X["judge_timeout_s"].description)
+    # Fault injection, as `rl-assets train --flaky-trial-rate ...`. (A driver crash has no launchpad
+    # form: the daemon's sensor is the driver here; kill the daemon pod instead.)
+    flaky_trial_rate: float = Field(0.0, description=_F["flaky_trial_rate"].description)
+    judge_flake_rate: float = Field(0.0, description=_F["judge_flake_rate"].description)
+    hang_trial_rate: float = Field(0.0, description=_F["hang_trial_rate"].description)
+
+
+_EXECUTION_FIELDS = ("tool_latency_s", "judge_latency_s", "trial_timeout_s", "judge_timeout_s")
+_FAULT_FIELDS = ("flaky_trial_rate", "judge_flake_rate", "hang_trial_rate")
 
 
 @dg.op(description="Record an experiment; the driver sensor then trains it.")
 def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConfig, stores: StoresResource) -> None:
     fields = config.model_dump()
-    execution = ExecutionSettings(
-        tool_latency_s=fields.pop("tool_latency_s"), judge_latency_s=fields.pop("judge_latency_s")
-    )
-    experiment = ExperimentConfig(**fields)
-    created = stores.stores.experiments.create_or_resume(experiment, Runtime(faults=FaultConfig(), execution=execution))
+    try:  # the same validation as the CLI's (rates in [0, 1], positive timeouts), with the same messages
+        execution = ExecutionSettings(**{k: fields.pop(k) for k in _EXECUTION_FIELDS})
+        faults = FaultConfig(**{k: fields.pop(k) for k in _FAULT_FIELDS})
+        experiment = ExperimentConfig(**fields)
+    except ValidationError as err:
+        raise dg.Failure(f"invalid experiment config: {err}", allow_retries=False) from None
+    created = stores.stores.experiments.create_or_resume(experiment, Runtime(faults=faults, execution=execution))
     context.log.info(f"experiment {experiment.name} {'created' if created else 'already exists; resuming'}")
 
 
