@@ -119,11 +119,12 @@ class Train:
     err_path: Path
 
     @classmethod
-    def start(cls, home: Path, args: list[str]) -> Train:
-        fd, name = tempfile.mkstemp(prefix="rl-train-", suffix=".err")
+    def start(cls, home: Path, args: list[str], command: str = "train") -> Train:
+        """Start ``rl-assets <command> ... --json`` (``train``, or ``rescore``/``fork``, which drive the same way)."""
+        fd, name = tempfile.mkstemp(prefix=f"rl-{command}-", suffix=".err")
         with os.fdopen(fd, "w") as err:
             proc = subprocess.Popen(
-                cli_command(home, "train", *args, "--json"),
+                cli_command(home, command, *args, "--json"),
                 stdout=subprocess.PIPE,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
@@ -151,10 +152,10 @@ class Train:
         self.err_path.unlink(missing_ok=True)
 
 
-def run_train(home: Path, args: list[str], timeout: float = 900) -> tuple[int, str, str]:
-    """Run ``train --json`` to its end: ``(exit code, stdout, stderr)``."""
+def run_train(home: Path, args: list[str], timeout: float = 900, command: str = "train") -> tuple[int, str, str]:
+    """Run ``<command> --json`` (``train`` by default) to its end: ``(exit code, stdout, stderr)``."""
     proc = subprocess.run(
-        cli_command(home, "train", *args, "--json"),
+        cli_command(home, command, *args, "--json"),
         capture_output=True,
         text=True,
         timeout=timeout,
