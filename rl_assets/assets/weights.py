@@ -5,6 +5,7 @@ reward store for the trials the experiment planned. A trial that failed for
 good is absent (``skip``), or takes its prompt group with it (``mask-group``).
 """
 
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -19,6 +20,11 @@ from rl_assets.domain.models import Reward
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.stores.artifacts import CorruptArtifactError
+
+BACKFILL_WAIT_S = 3600.0
+"""How long a backfill's weights run waits for an earlier step's rewards to be judged."""
+BACKFILL_POLL_S = 2.0
+BACKFILL_TAG = "dagster/backfill"
 
 
 class DamagedRecordError(RuntimeError):
@@ -93,6 +99,44 @@ def _train_step(
     return metadata
 
 
+def _unsettled(state: Stores, config: ExperimentConfig, step: int) -> list[str]:
+    """Trials of ``step`` with neither a reward under the config's rubric nor a recorded failure."""
+    failed = state.attempts.failed_trials(config.name)
+    return [
+        spec.trial_id
+        for spec in config.trials(step)
+        if spec.trial_id not in failed
+        and not state.trials.has_reward(config.name, config.rubric, step, spec.trial_id.split("-", 1)[1])
+    ]
+
+
+def _train_earlier_steps(
+    context: dg.AssetExecutionContext, state: Stores, trainer: TrainerResource, config: ExperimentConfig, step: int
+) -> None:
+    """Train the untrained steps before ``step``, in order, once their rewards are judged.
+
+    A backfill launches weights partitions as their rewards finish, so a later
+    step's run can start before an earlier step's. Training the missing parents
+    here (the ledger makes that exactly once, whichever run gets there first)
+    keeps the chain in step order; waiting for the parent's own run instead
+    could deadlock on the ``train`` pool.
+    """
+    first = step
+    while first > 0 and state.training.get(config.name, config.rubric, first - 1) is None:
+        first -= 1
+    for earlier in range(first, step):
+        deadline = time.monotonic() + BACKFILL_WAIT_S
+        while waiting := _unsettled(state, config, earlier):
+            if time.monotonic() > deadline:
+                raise dg.Failure(
+                    f"step {earlier} of {config.name}: {waiting} not judged within {BACKFILL_WAIT_S:.0f} s"
+                )
+            context.log.info(f"step {step} waits for step {earlier}'s rewards: {', '.join(waiting)}")
+            time.sleep(BACKFILL_POLL_S)  # other runs of the backfill are judging them
+        context.log.info(f"training step {earlier} of {config.name} first: step {step} starts from it")
+        _train_step(context, state, trainer, config, earlier)
+
+
 @dg.asset(
     partitions_def=STEP,
     deps=[dg.AssetDep("rewards", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("step"))],
@@ -105,7 +149,10 @@ def _train_step(
 def weights(
     context: dg.AssetExecutionContext, stores: StoresResource, trainer: TrainerResource
 ) -> dg.MaterializeResult:
-    """One step normally; a whole chain, in step order, when a backfill retrains after re-scoring."""
+    """One step normally; a whole chain, in step order, when a backfill retrains after re-scoring.
+
+    A backfill may split the chain over several runs; each trains any earlier step still missing first.
+    """
     state = stores.stores
     chains: dict[str, list[int]] = defaultdict(list)
     for key in context.partition_keys:
@@ -117,7 +164,10 @@ def weights(
         scored = config.scored_with(run_rubric(context, state, config).name)
         if len(steps) > 1:
             context.log.info(f"retraining {experiment} under {scored.rubric} in step order: {sorted(steps)}")
-        trained += [_train_step(context, state, trainer, scored, step) for step in sorted(steps)]
+        for step in sorted(steps):
+            if BACKFILL_TAG in context.run.tags:
+                _train_earlier_steps(context, state, trainer, scored, step)
+            trained.append(_train_step(context, state, trainer, scored, step))
     if len(trained) == 1:
         metadata = trained[0]
         return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(str(metadata["policy_hash"])))
