@@ -32,11 +32,12 @@ from typing import Any, Literal, TypeVar
 
 import dagster as dg
 import psutil
+from conftest import oracle_expectation as clean_result  # noqa: F401  (re-exported for the kill tests and the soak)
+from conftest import table_of as result_table  # noqa: F401
 from dagster import DagsterInstance, DagsterRun, RunsFilter
 
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.oracle import oracle_run
 from rl_assets.driver.planner import ACTIVE_STATUSES
 from rl_assets.home import Home
 from rl_assets.services.processes import processes_mentioning
@@ -474,19 +475,6 @@ def random_kill_point(rng: random.Random, config: ExperimentConfig) -> int:
 
 
 # --- expectations and evidence -----------------------------------------------------------------------------
-
-
-def clean_result(config: ExperimentConfig, failed: frozenset[str] = frozenset()) -> tuple[list, dict]:
-    """``(table, weights)`` of the in-memory oracle, shaped as in ``train --json`` (see ``conftest``)."""
-    steps, policy = oracle_run(config, failed)
-    return (
-        [(s.mean_reward, s.mean_turns, len(s.rewards)) for s in steps],
-        {w: [round(x, 6) for x in p] for w, p in sorted(policy.priors.items())},
-    )
-
-
-def result_table(result: dict) -> list:
-    return [(s["mean_reward"], s["mean_turns"], s["trials_ok"]) for s in result["steps"]]
 
 
 @dataclass(frozen=True)

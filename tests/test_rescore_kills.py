@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from conftest import table_of
 from killing import Train, Watch, kill, run_train, train_args, wait_for
 
 from rl_assets.domain.experiment import ExperimentConfig
@@ -34,10 +35,6 @@ def _expected(config: ExperimentConfig, rescored_with: str | None = None) -> tup
         [(s.mean_reward, s.mean_turns, len(s.rewards)) for s in steps],
         {w: [round(x, 6) for x in p] for w, p in sorted(policy.priors.items())},
     )
-
-
-def _table(result: dict) -> list:
-    return [(s["mean_reward"], s["mean_turns"], s["trials_ok"]) for s in result["steps"]]
 
 
 def _calls(db: Database, experiment: str) -> list[tuple[str, str]]:
@@ -81,7 +78,7 @@ def test_sigkill_mid_rescore_then_rerun_gives_the_rescored_result(home, stores, 
     assert landed.pids, landed
 
     result = _rerun(home, "rescore", rescore)
-    assert (_table(result), result["weights"]) == _expected(PARENT, rescored_with="v2-efficiency")
+    assert (table_of(result), result["weights"]) == _expected(PARENT, rescored_with="v2-efficiency")
     assert result["counts"]["generate_attempts"] == trained["counts"]["generate_attempts"], "never generates"
     claimed = _assert_no_verdict_paid_twice(stores.db, PARENT.name, result)
     assert result["counts"]["judge_calls"] == 2 * TRIALS + claimed
@@ -104,7 +101,7 @@ def test_sigkill_mid_fork_then_rerun_gives_the_forked_result(home, stores, insta
     assert landed.pids, landed
 
     result = _rerun(home, "fork", fork)
-    assert (_table(result), result["weights"]) == _expected(fork_config)
+    assert (table_of(result), result["weights"]) == _expected(fork_config)
     claimed = _assert_no_verdict_paid_twice(stores.db, fork_config.name, result)
     assert result["counts"]["judge_calls"] == TRIALS + claimed
     assert _ledger_rows(stores.db, fork_config.name, "v2-efficiency") == PARENT.steps
