@@ -20,15 +20,13 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import cli_args, run_cli, table_of, train_json
+from conftest import cli_args, rescored_expectation, run_cli, table_of, train_json
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.utils import make_new_backfill_id
 
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.definitions import defs
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.oracle import oracle_run
-from rl_assets.domain.rubrics import get_rubric
 from rl_assets.driver.planner import plan
 from rl_assets.driver.sensor import RESCORE_EXPERIMENTS_ENV
 from rl_assets.results import experiment_result
@@ -49,12 +47,6 @@ def _wait(condition, what: str, timeout: float = 300.0):
             return value
         time.sleep(1.0)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def _expected(rubric) -> tuple[list, dict]:
-    steps, policy = oracle_run(CONFIG, rescored_with=rubric)
-    table = [(s.mean_reward, s.mean_turns, len(s.rewards)) for s in steps]
-    return table, {w: [round(x, 6) for x in p] for w, p in sorted(policy.priors.items())}
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +101,7 @@ def test_a_ui_backfill_of_rewards_and_weights_rescores_in_step_order(home, daemo
     assert status == BulkActionStatus.COMPLETED_SUCCESS, status
 
     result = experiment_result(stores, CONFIG.scored_with("v2-efficiency"))
-    table, weights = _expected(get_rubric("v2-efficiency"))
+    table, weights = rescored_expectation(CONFIG, "v2-efficiency")
     assert table_of(result) == table and result["weights"] == weights
     assert result["counts"]["generate_attempts"] == generated_before, "a re-scoring backfill never generates"
     runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
@@ -135,7 +127,8 @@ def test_a_new_rubric_triggers_exactly_one_rescoring(home, daemon, stores, insta
 
     _wait(lambda: plan(instance, stores, CONFIG, rubric.name).done, "the re-scoring with v3-tidy", timeout=400)
     assert stores.scorings.requested(NAME) == ["v3-tidy"]
-    table, weights = _expected(rubric)
+    weights_of_v3 = tuple(NEW_RUBRIC[f"{part}_weight"] for part in ("correctness", "efficiency", "tidiness"))
+    table, weights = rescored_expectation(CONFIG, NEW_RUBRIC["name"], weights_of_v3)
     result = experiment_result(stores, CONFIG.scored_with(rubric.name))
     assert table_of(result) == table and result["weights"] == weights
 

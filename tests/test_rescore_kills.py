@@ -11,12 +11,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from conftest import table_of
+from conftest import forked_expectation, rescored_expectation, table_of
 from killing import Train, Watch, kill, run_train, train_args, wait_for
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.oracle import oracle_run
-from rl_assets.domain.rubrics import BUILTIN_RUBRICS
 from rl_assets.stores.database import Database
 
 PARENT = ExperimentConfig(name="rescore-kill", steps=2, worlds=1, prompts=1, samples=2)
@@ -27,14 +25,6 @@ def _rerun(home: Path, command: str, args: list[str]) -> dict:
     code, out, err = run_train(home, args, command=command)
     assert code == 0, err[-3000:]
     return json.loads(out)
-
-
-def _expected(config: ExperimentConfig, rescored_with: str | None = None) -> tuple[list, dict]:
-    steps, policy = oracle_run(config, rescored_with=BUILTIN_RUBRICS[rescored_with] if rescored_with else None)
-    return (
-        [(s.mean_reward, s.mean_turns, len(s.rewards)) for s in steps],
-        {w: [round(x, 6) for x in p] for w, p in sorted(policy.priors.items())},
-    )
 
 
 def _calls(db: Database, experiment: str) -> list[tuple[str, str]]:
@@ -78,7 +68,7 @@ def test_sigkill_mid_rescore_then_rerun_gives_the_rescored_result(home, stores, 
     assert landed.pids, landed
 
     result = _rerun(home, "rescore", rescore)
-    assert (table_of(result), result["weights"]) == _expected(PARENT, rescored_with="v2-efficiency")
+    assert (table_of(result), result["weights"]) == rescored_expectation(PARENT, "v2-efficiency")
     assert result["counts"]["generate_attempts"] == trained["counts"]["generate_attempts"], "never generates"
     claimed = _assert_no_verdict_paid_twice(stores.db, PARENT.name, result)
     assert result["counts"]["judge_calls"] == 2 * TRIALS + claimed
@@ -101,7 +91,7 @@ def test_sigkill_mid_fork_then_rerun_gives_the_forked_result(home, stores, insta
     assert landed.pids, landed
 
     result = _rerun(home, "fork", fork)
-    assert (table_of(result), result["weights"]) == _expected(fork_config)
+    assert (table_of(result), result["weights"]) == forked_expectation(PARENT, "v2-efficiency")
     claimed = _assert_no_verdict_paid_twice(stores.db, fork_config.name, result)
     assert result["counts"]["judge_calls"] == TRIALS + claimed
     assert _ledger_rows(stores.db, fork_config.name, "v2-efficiency") == PARENT.steps
