@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
+from rl_assets.assets.partitions import parse_trial_partition, partitions_to_add, trial_partition_key
 from rl_assets.definitions import defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
@@ -26,11 +27,70 @@ def test_definitions_validate_and_the_graph_is_worlds_trajectories_rewards_weigh
         "weights": ["rewards"],
     }
     assert graph.get(dg.AssetKey("rubrics")).is_observable, "a rubric change marks rewards stale, nothing upstream"
-    mapping = graph.get_partition_mapping(dg.AssetKey("weights"), dg.AssetKey("rewards"))
-    assert isinstance(mapping, dg.MultiToSingleDimensionPartitionMapping)
     assert graph.get(dg.AssetKey("weights")).backfill_policy == dg.BackfillPolicy.single_run(), (
         "a retraining backfill trains the chain in one run, in step order"
     )
+
+
+STEP = dg.DynamicPartitionsDefinition(name="step")
+TRIAL = dg.MultiPartitionsDefinition({"step": STEP, "trial": dg.DynamicPartitionsDefinition(name="trial")})
+
+
+def test_each_asset_has_its_partitions_and_each_edge_its_mapping():
+    graph = defs.resolve_asset_graph()
+
+    def partitions(asset: str) -> dg.PartitionsDefinition | None:
+        return graph.get(dg.AssetKey(asset)).partitions_def
+
+    def mapping(child: str, parent: str) -> dg.PartitionMapping:
+        return graph.get_partition_mapping(dg.AssetKey(child), dg.AssetKey(parent))
+
+    assert partitions("rubrics") is None
+    assert partitions("worlds") == dg.DynamicPartitionsDefinition(name="world")
+    assert partitions("trajectories") == TRIAL and partitions("rewards") == TRIAL
+    assert [d.name for d in partitions("rewards").partitions_defs] == ["step", "trial"]
+    assert partitions("weights") == STEP
+    assert isinstance(mapping("trajectories", "worlds"), dg.AllPartitionMapping), "any world a step's prompts use"
+    assert isinstance(mapping("rewards", "trajectories"), dg.IdentityPartitionMapping)
+    assert isinstance(mapping("rewards", "rubrics"), dg.AllPartitionMapping)
+    assert mapping("weights", "rewards") == dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="step")
+
+
+def test_partition_keys_and_what_each_mapping_maps_them_to():
+    """The keys the driver adds, and the upstream partitions Dagster derives from them through the mappings."""
+    config = ExperimentConfig(name="ref", worlds=2, prompts=2, samples=2)
+    assert partitions_to_add(config, 2) == {
+        "world": ["w0", "w1"],
+        "trial": ["p0-n0", "p0-n1", "p1-n0", "p1-n1"],
+        "step": ["ref/s0", "ref/s1"],
+    }
+    key = trial_partition_key(config, 1, "p0-n1")
+    assert str(key) == "ref/s1|p0-n1" and key.keys_by_dimension == {"step": "ref/s1", "trial": "p0-n1"}
+    assert parse_trial_partition(key) == parse_trial_partition("ref/s1|p0-n1") == ("ref", 1, "p0-n1")
+
+    graph = defs.resolve_asset_graph()
+    with dg.instance_for_test() as instance:
+        for name, keys in partitions_to_add(config, 2).items():
+            instance.add_dynamic_partitions(name, keys)
+        instance.add_dynamic_partitions("step", ["other/s1"])
+
+        def upstream(child: str, parent: str, keys: list[str]) -> set[str]:
+            child_def = graph.get(dg.AssetKey(child)).partitions_def
+            parent_def = graph.get(dg.AssetKey(parent)).partitions_def
+            with dg.partition_loading_context(dynamic_partitions_store=instance):
+                result = graph.get_partition_mapping(
+                    dg.AssetKey(child), dg.AssetKey(parent)
+                ).get_upstream_mapped_partitions_result_for_partitions(
+                    child_def.empty_subset().with_partition_keys(keys), child_def, parent_def
+                )
+            return set(result.partitions_subset.get_partition_keys())
+
+        slots = config.trial_slots()
+        assert upstream("weights", "rewards", ["ref/s1"]) == {f"ref/s1|{slot}" for slot in slots}, (
+            "a step trains on every trial of its own step, no other step's, no other experiment's"
+        )
+        assert upstream("rewards", "trajectories", ["ref/s0|p1-n0"]) == {"ref/s0|p1-n0"}
+        assert upstream("trajectories", "worlds", ["ref/s0|p1-n0"]) == {"w0", "w1"}
 
 
 def test_launchpad_config_is_typed_and_documented(home):
