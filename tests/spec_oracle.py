@@ -373,7 +373,9 @@ def train(
 ) -> Run:
     """Train ``config`` under ``rubric``; step ``s`` is generated with the policy after step ``s-1``.
 
-    A trial in ``failed`` failed for good: it has no reward (and, failing at generation, no trajectory).
+    A trial in ``failed`` failed for good: it has no reward and is given no trajectory. (One that failed at
+    judging did produce a trajectory; that would matter only to a later re-scoring of such a run, which the
+    oracle does not model: :func:`rescore` leaves the parent's failed trials out.)
     With ``reuse_from``, a rollout is taken from that run instead of generated when its identity (trial id,
     world, policy) is the one it had there: that is a fork.
     """
