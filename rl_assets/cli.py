@@ -111,7 +111,7 @@ def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runti
 
 def _check_environment() -> None:
     """The environment variables every process of this command will read, validated before any work."""
-    from rl_assets.environment import BadEnvironmentError, settings
+    from rl_assets.settings import BadEnvironmentError, settings
 
     try:
         settings()
@@ -238,10 +238,10 @@ def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None 
 def cmd_train(args: argparse.Namespace) -> int:
     config, runtime = _config_from_args(args)
     home = Home.resolve(args.home)
+    _resolve_rubric(home, config.rubric)  # a bad rubric file is refused before any service starts (or Dagster loads)
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
 
-    _resolve_rubric(home, config.rubric)  # a bad rubric file is refused before any service starts
     stores = _open(home)
     _resolve_rubric(home, config.rubric, stores)  # pinned before the experiment is recorded with it
     try:
@@ -265,13 +265,13 @@ def _existing(stores, name: str, flag: str = "--experiment") -> ExperimentConfig
 def cmd_rescore(args: argparse.Namespace) -> int:
     _checked(check_experiment_name, args.experiment, "--experiment")
     _checked(check_rubric_name, args.rubric, "--rubric")
+    home = Home.resolve(args.home)
+    _resolve_rubric(home, args.rubric)
     from dagster import DagsterInstance
 
     from rl_assets.driver.planner import plan
     from rl_assets.results import experiment_result, format_table
 
-    home = Home.resolve(args.home)
-    _resolve_rubric(home, args.rubric)
     stores = _open(home)
     rubric = _resolve_rubric(home, args.rubric, stores)
     config = _existing(stores, args.experiment)
@@ -289,11 +289,11 @@ def cmd_fork(args: argparse.Namespace) -> int:
     _checked(check_experiment_name, args.parent, "--from")
     _checked(check_experiment_name, args.experiment, "--experiment")
     _checked(check_rubric_name, args.rubric, "--rubric")
+    home = Home.resolve(args.home)
+    _resolve_rubric(home, args.rubric)
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
 
-    home = Home.resolve(args.home)
-    _resolve_rubric(home, args.rubric)
     stores = _open(home)
     parent = _existing(stores, args.parent, "--from")
     rubric = _resolve_rubric(home, args.rubric, stores)
@@ -453,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     rescore = with_home(
         sub.add_parser("rescore", help="judge a trained experiment's trajectories under another rubric and retrain")
     )
-    _add_flag(rescore, FLAGS["--experiment"], help="a trained experiment")
+    _add_flag(rescore, FLAGS["--experiment"], dest="experiment", help="a trained experiment")
     _add_flag(rescore, FLAGS["--rubric"], required=True, help="rubric to re-score with (see `rl-assets rubrics`)")
     rescore.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     rescore.set_defaults(func=cmd_rescore)
@@ -462,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser("fork", help="a new experiment under another rubric, reusing every unchanged rollout")
     )
     _add_flag(fork, FLAGS["--experiment"], "--from", dest="parent", help="the experiment to fork")
-    _add_flag(fork, FLAGS["--experiment"], help="name of the new experiment")
+    _add_flag(fork, FLAGS["--experiment"], dest="experiment", help="name of the new experiment")
     _add_flag(fork, FLAGS["--rubric"], required=True, help="rubric of the new experiment")
     fork.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     fork.set_defaults(func=cmd_fork)
@@ -472,12 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
     rubrics.set_defaults(func=cmd_rubrics)
 
     status = with_home(sub.add_parser("status", help="show an experiment's progress and table"))
-    _add_flag(status, FLAGS["--experiment"])
+    _add_flag(status, FLAGS["--experiment"], dest="experiment")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
 
     report = with_home(sub.add_parser("report", help="the evidence table: retries, judge calls, actor pids"))
-    _add_flag(report, FLAGS["--experiment"])
+    _add_flag(report, FLAGS["--experiment"], dest="experiment")
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.models import Rubric
 from rl_assets.domain.oracle import oracle_run
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
@@ -46,9 +47,20 @@ def cli_args(name: str, fields: dict) -> list[str]:
     return args
 
 
-def oracle_expectation(config: ExperimentConfig, failed: frozenset[str] = frozenset()) -> tuple[list, dict]:
-    """``(table, weights)`` of the in-memory oracle, shaped as in ``train --json``."""
-    steps, policy = oracle_run(config, failed)
+def oracle_expectation(
+    config: ExperimentConfig,
+    failed: frozenset[str] = frozenset(),
+    rubric_weights: tuple[float, float, float] | None = None,
+) -> tuple[list, dict]:
+    """``(table, weights)`` of the in-memory oracle, shaped as in ``train --json``.
+
+    ``rubric_weights`` are ``(correctness, efficiency, tidiness)`` of ``config.rubric`` when it is not built-in.
+    """
+    rubric = None
+    if rubric_weights is not None:
+        cw, ew, tw = rubric_weights
+        rubric = Rubric(name=config.rubric, correctness_weight=cw, efficiency_weight=ew, tidiness_weight=tw)
+    steps, policy = oracle_run(config, failed, rubric=rubric)
     return (
         [(s.mean_reward, s.mean_turns, len(s.rewards)) for s in steps],
         {w: [round(x, 6) for x in p] for w, p in sorted(policy.priors.items())},

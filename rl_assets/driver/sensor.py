@@ -23,9 +23,10 @@ from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.driver.planner import Plan, driver_lock_id, plan
-from rl_assets.environment import RESCORE_EXPERIMENTS_ENV, launch_tags, rescore_experiments
+from rl_assets.environment import launch_tags, rescore_experiments
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.settings import RESCORE_EXPERIMENTS_ENV
 from rl_assets.tags import RUBRIC_TAG
 
 

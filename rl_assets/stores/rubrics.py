@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -21,7 +22,9 @@ from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import Rubric
 from rl_assets.domain.names import InvalidNameError, check_rubric_name, shown
 from rl_assets.domain.rubrics import BUILTIN_RUBRICS, UnknownRubricError
-from rl_assets.stores.database import Database
+
+if TYPE_CHECKING:  # the registry is read before any service starts; the database driver (and Dagster) can wait
+    from rl_assets.stores.database import Database
 
 MAX_RUBRIC_FILE_BYTES = 64 * 1024
 """A rubric is four fields; a bigger file is not a rubric, and is not read."""
