@@ -155,8 +155,10 @@ class Progress:
         sys.stderr.flush()
 
     def close(self) -> None:
+        """End the status line, so whatever is printed next (a result, an error) starts on its own line."""
         if self.tty and self.last:
             sys.stderr.write("\n")
+        self.last = ""
 
 
 def _describe(p) -> str:
@@ -202,37 +204,38 @@ def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None 
                 progress.show(f"{config.name}: the database is unavailable; waiting for it")
                 time.sleep(1.0)
 
-    with DagsterInstance.get() as instance:
-        for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks), config):
-            print(f"rl-assets: {damage.kind} {damage.partition_key}: {damage.detail}; regenerating it", file=sys.stderr)
-        attempts = 0
-        while not current(instance).done:
-            attempts += 1
-            if attempts > MAX_DRIVER_ATTEMPTS:
-                raise RuntimeError(f"the driver died {MAX_DRIVER_ATTEMPTS} times; see {home.logs}")
-            with open(home.logs / "driver.log", "ab") as log:
-                driver = subprocess.Popen(
-                    [sys.executable, "-m", "rl_assets.driver.loop", config.name, *([rubric] if rubric else [])],
-                    stdout=log,
-                    stderr=subprocess.PIPE,
-                    stdin=subprocess.DEVNULL,
-                )
-            while driver.poll() is None:
-                progress.show(_describe(current(instance)))
-                time.sleep(0.5)
-            err = driver.stderr.read().decode() if driver.stderr else ""
-            if driver.returncode == EXIT_BUSY:
-                progress.close()
-                # The refusal is the driver's last line (earlier ones are import-time warnings).
-                refusal = err.strip().splitlines()[-1:] or [f"experiment {config.name!r} is being trained elsewhere"]
-                raise UsageError(refusal[0])
-            if driver.returncode == EXIT_GAVE_UP:
-                progress.close()
-                raise RuntimeError(err.strip())
-            if driver.returncode != 0:
-                progress.show(f"{config.name}: driver exited with {driver.returncode}; restarting it")
-        progress.show(_describe(current(instance)))
-    progress.close()
+    try:
+        with DagsterInstance.get() as instance:
+            for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks), config):
+                what = f"{damage.kind} {damage.partition_key}: {damage.detail}"
+                print(f"rl-assets: {what}; regenerating it", file=sys.stderr)
+            attempts = 0
+            while not current(instance).done:
+                attempts += 1
+                if attempts > MAX_DRIVER_ATTEMPTS:
+                    raise RuntimeError(f"the driver died {MAX_DRIVER_ATTEMPTS} times; see {home.logs}")
+                with open(home.logs / "driver.log", "ab") as log:
+                    driver = subprocess.Popen(
+                        [sys.executable, "-m", "rl_assets.driver.loop", config.name, *([rubric] if rubric else [])],
+                        stdout=log,
+                        stderr=subprocess.PIPE,
+                        stdin=subprocess.DEVNULL,
+                    )
+                while driver.poll() is None:
+                    progress.show(_describe(current(instance)))
+                    time.sleep(0.5)
+                err = driver.stderr.read().decode() if driver.stderr else ""
+                if driver.returncode == EXIT_BUSY:
+                    # The refusal is the driver's last line (earlier ones are import-time warnings).
+                    elsewhere = f"experiment {config.name!r} is being trained elsewhere"
+                    raise UsageError((err.strip().splitlines()[-1:] or [elsewhere])[0])
+                if driver.returncode == EXIT_GAVE_UP:
+                    raise RuntimeError(err.strip())
+                if driver.returncode != 0:
+                    progress.show(f"{config.name}: driver exited with {driver.returncode}; restarting it")
+            progress.show(_describe(current(instance)))
+    finally:
+        progress.close()
 
 
 def cmd_train(args: argparse.Namespace) -> int:
