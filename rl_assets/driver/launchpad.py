@@ -44,7 +44,7 @@ def _launchpad_field(model: type[BaseModel], name: str) -> tuple[Any, Any]:
     return field.annotation, Field(field.default, description=field.description)
 
 
-StartExperimentConfig = create_model(  # type: ignore[call-overload]
+StartExperimentConfig = create_model(
     "StartExperimentConfig",
     __base__=dg.Config,
     __doc__="An experiment of the reference workload; every field as in ``rl-assets train``.",
