@@ -429,9 +429,9 @@ def _argument_type(annotation: Any) -> dict[str, Any]:
 def _add_flag(parser: argparse.ArgumentParser, flag: Flag, name: str | None = None, **overrides: Any) -> None:
     """``flag`` (or ``name``, a flag for the same field) as an argument typed, defaulted and helped by its field."""
     field = flag.model.model_fields[flag.field]
-    metavar = (name or flag.flag).removeprefix("--").upper().replace("-", "_")
-    kwargs: dict[str, Any] = {"dest": flag.field, "metavar": metavar, "help": _field_help(field)}
-    kwargs.update(_argument_type(field.annotation))
+    kwargs: dict[str, Any] = {"dest": flag.field, "help": _field_help(field), **_argument_type(field.annotation)}
+    if "choices" not in kwargs:  # argparse shows the choices themselves
+        kwargs["metavar"] = (name or flag.flag).removeprefix("--").upper().replace("-", "_")
     if field.is_required():
         kwargs["required"] = True
     else:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import FailedTrialPolicy, TrialSpec
-from rl_assets.domain.names import ExperimentName, RubricName
+from rl_assets.domain.names import EXPERIMENT_NAME_RULE, RUBRIC_NAME_RULE, ExperimentName, RubricName
 
 # Upper bounds: far above any real use of the reference workload, low enough that a typo
 # (--steps 1000000000, --lr 1e300) is refused up front instead of exhausting memory or time later.
@@ -36,9 +36,7 @@ class ExperimentConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: ExperimentName = Field(
-        description="Experiment name: 1 to 40 lowercase letters, digits, '_' or '-', starting with a letter or digit."
-    )
+    name: ExperimentName = Field(description=f"Experiment name: {EXPERIMENT_NAME_RULE}.")
     steps: int = Field(3, ge=1, le=MAX_STEPS, description=f"Training steps (1 to {MAX_STEPS}).")
     worlds: int = Field(3, ge=1, le=MAX_COUNT, description=f"Worlds w0..w{{worlds-1}} (1 to {MAX_COUNT}).")
     prompts: int = Field(
@@ -52,7 +50,9 @@ class ExperimentConfig(BaseModel):
     )
     lr: float = Field(2.0, ge=0, le=MAX_LR, allow_inf_nan=False, description=f"Bandit learning rate (0 to {MAX_LR:g}).")
     max_turns: int = Field(6, ge=1, le=MAX_TURNS, description=f"Document reads allowed per trial (1 to {MAX_TURNS}).")
-    rubric: RubricName = Field("v1", description="Rubric (built-in or in the home's registry) to judge with.")
+    rubric: RubricName = Field(
+        "v1", description=f"Rubric (built-in or in the home's registry) to judge with; a name of {RUBRIC_NAME_RULE}."
+    )
     generate_retries: int = Field(
         2, ge=0, le=MAX_RETRIES, description=f"Retries of a trial's rollout before it fails (0 to {MAX_RETRIES})."
     )
