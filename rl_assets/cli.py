@@ -11,18 +11,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
+import types
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from rl_assets.domain.experiment import EXPERIMENT_NAME_PATTERN, ExperimentConfig
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name, shown
 from rl_assets.domain.rubrics import UnknownRubricError
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.home import Home
@@ -36,51 +39,84 @@ class UsageError(Exception):
     """Bad input: reported on one line, before any work."""
 
 
-def _pydantic_message(err: ValidationError) -> str:
+@dataclass(frozen=True)
+class Flag:
+    """A command-line flag and the model field it sets: its type, default, bounds and help are the field's."""
+
+    flag: str
+    model: type[BaseModel]
+    field: str
+
+
+TRAIN_FLAGS: tuple[Flag, ...] = (
+    Flag("--experiment", ExperimentConfig, "name"),
+    Flag("--steps", ExperimentConfig, "steps"),
+    Flag("--worlds", ExperimentConfig, "worlds"),
+    Flag("--prompts", ExperimentConfig, "prompts"),
+    Flag("--samples", ExperimentConfig, "samples"),
+    Flag("--lr", ExperimentConfig, "lr"),
+    Flag("--max-turns", ExperimentConfig, "max_turns"),
+    Flag("--rubric", ExperimentConfig, "rubric"),
+    Flag("--generate-retries", ExperimentConfig, "generate_retries"),
+    Flag("--judge-retries", ExperimentConfig, "judge_retries"),
+    Flag("--failed-trial-policy", ExperimentConfig, "failed_trial_policy"),
+    Flag("--flaky-trial-rate", FaultConfig, "flaky_trial_rate"),
+    Flag("--judge-flake-rate", FaultConfig, "judge_flake_rate"),
+    Flag("--hang-trial-rate", FaultConfig, "hang_trial_rate"),
+    Flag("--crash-driver-at-step", FaultConfig, "crash_driver_at_step"),
+    Flag("--tool-latency", ExecutionSettings, "tool_latency_s"),
+    Flag("--judge-latency", ExecutionSettings, "judge_latency_s"),
+    Flag("--trial-timeout", ExecutionSettings, "trial_timeout_s"),
+    Flag("--judge-timeout", ExecutionSettings, "judge_timeout_s"),
+    Flag("--max-concurrent-trials", ExecutionSettings, "max_concurrent_trials"),
+)
+"""The one mapping between model fields and flags: the parser is built from it and errors are named through it."""
+FLAG_OF: dict[tuple[type[BaseModel], str], str] = {(f.model, f.field): f.flag for f in TRAIN_FLAGS}
+FLAGS: dict[str, Flag] = {f.flag: f for f in TRAIN_FLAGS}
+
+
+def _validated(model: type[BaseModel], args: argparse.Namespace) -> Any:
+    """``model`` built from the flags that set its fields; a bad value is a :class:`UsageError` naming its flag."""
+    values = {f.field: getattr(args, f.field) for f in TRAIN_FLAGS if f.model is model}
+    try:
+        return model(**values)
+    except ValidationError as err:
+        raise UsageError(_problem(model, err)) from None
+
+
+def _problem(model: type[BaseModel], err: ValidationError) -> str:
     first = err.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "value"
     message = first["msg"].removeprefix("Value error, ")
-    flag = field.removesuffix("_s").replace("_", "-")  # ExecutionSettings' *_s fields are the --*-latency/timeout flags
-    return f"--{flag}: {message} (got {first.get('input')!r})"
+    if not first["loc"]:  # a rule across fields; its message names them
+        return message
+    flag = FLAG_OF[(model, str(first["loc"][0]))]
+    return f"{flag}: {message} (got {shown(first.get('input'))})"
+
+
+def _checked(check: Callable[[str], str], value: str, flag: str) -> str:
+    """A name checked by its one check before it is used for anything."""
+    try:
+        return check(value)
+    except InvalidNameError as err:
+        raise UsageError(f"{flag}: {err} (got {shown(value)})") from None
 
 
 def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runtime]:
-    try:
-        config = ExperimentConfig(
-            name=args.experiment,
-            steps=args.steps,
-            worlds=args.worlds,
-            prompts=args.prompts,
-            samples=args.samples,
-            lr=args.lr,
-            max_turns=args.max_turns,
-            rubric=args.rubric,
-            generate_retries=args.generate_retries,
-            judge_retries=args.judge_retries,
-            failed_trial_policy=args.failed_trial_policy,
-        )
-        runtime = Runtime(
-            faults=FaultConfig(
-                flaky_trial_rate=args.flaky_trial_rate,
-                judge_flake_rate=args.judge_flake_rate,
-                hang_trial_rate=args.hang_trial_rate,
-                crash_driver_at_step=args.crash_driver_at_step,
-            ),
-            execution=ExecutionSettings(
-                tool_latency_s=args.tool_latency,
-                judge_latency_s=args.judge_latency,
-                trial_timeout_s=args.trial_timeout,
-                judge_timeout_s=args.judge_timeout,
-                max_concurrent_trials=args.max_concurrent_trials,
-            ),
-        )
-    except ValidationError as err:
-        if err.errors()[0]["loc"] == ("name",):
-            raise UsageError(f"--experiment: must match [a-z0-9][a-z0-9_-]* (got {args.experiment!r})") from None
-        raise UsageError(_pydantic_message(err)) from None
+    config = _validated(ExperimentConfig, args)
+    runtime = Runtime(faults=_validated(FaultConfig, args), execution=_validated(ExecutionSettings, args))
     if runtime.faults.crash_driver_at_step is not None and runtime.faults.crash_driver_at_step >= config.steps:
         raise UsageError(f"--crash-driver-at-step: must be below --steps ({config.steps})")
     return config, runtime
+
+
+def _check_environment() -> None:
+    """The environment variables every process of this command will read, validated before any work."""
+    from rl_assets.settings import BadEnvironmentError, settings
+
+    try:
+        settings()
+    except BadEnvironmentError as err:
+        raise UsageError(str(err)) from None
 
 
 def _resolve_rubric(home: Home, name: str, stores=None) -> str:
@@ -119,8 +155,10 @@ class Progress:
         sys.stderr.flush()
 
     def close(self) -> None:
+        """End the status line, so whatever is printed next (a result, an error) starts on its own line."""
         if self.tty and self.last:
             sys.stderr.write("\n")
+        self.last = ""
 
 
 def _describe(p) -> str:
@@ -166,48 +204,49 @@ def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None 
                 progress.show(f"{config.name}: the database is unavailable; waiting for it")
                 time.sleep(1.0)
 
-    with DagsterInstance.get() as instance:
-        for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks), config):
-            print(f"rl-assets: {damage.kind} {damage.partition_key}: {damage.detail}; regenerating it", file=sys.stderr)
-        attempts = 0
-        while not current(instance).done:
-            attempts += 1
-            if attempts > MAX_DRIVER_ATTEMPTS:
-                raise RuntimeError(f"the driver died {MAX_DRIVER_ATTEMPTS} times; see {home.logs}")
-            with open(home.logs / "driver.log", "ab") as log:
-                driver = subprocess.Popen(
-                    [sys.executable, "-m", "rl_assets.driver.loop", config.name, *([rubric] if rubric else [])],
-                    stdout=log,
-                    stderr=subprocess.PIPE,
-                    stdin=subprocess.DEVNULL,
-                )
-            while driver.poll() is None:
-                progress.show(_describe(current(instance)))
-                time.sleep(0.5)
-            err = driver.stderr.read().decode() if driver.stderr else ""
-            if driver.returncode == EXIT_BUSY:
-                progress.close()
-                # The refusal is the driver's last line (earlier ones are import-time warnings).
-                refusal = err.strip().splitlines()[-1:] or [f"experiment {config.name!r} is being trained elsewhere"]
-                raise UsageError(refusal[0])
-            if driver.returncode == EXIT_GAVE_UP:
-                progress.close()
-                raise RuntimeError(err.strip())
-            if driver.returncode != 0:
-                progress.show(f"{config.name}: driver exited with {driver.returncode}; restarting it")
-        progress.show(_describe(current(instance)))
-    progress.close()
+    try:
+        with DagsterInstance.get() as instance:
+            for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks), config):
+                what = f"{damage.kind} {damage.partition_key}: {damage.detail}"
+                print(f"rl-assets: {what}; regenerating it", file=sys.stderr)
+            attempts = 0
+            while not current(instance).done:
+                attempts += 1
+                if attempts > MAX_DRIVER_ATTEMPTS:
+                    raise RuntimeError(f"the driver died {MAX_DRIVER_ATTEMPTS} times; see {home.logs}")
+                with open(home.logs / "driver.log", "ab") as log:
+                    driver = subprocess.Popen(
+                        [sys.executable, "-m", "rl_assets.driver.loop", config.name, *([rubric] if rubric else [])],
+                        stdout=log,
+                        stderr=subprocess.PIPE,
+                        stdin=subprocess.DEVNULL,
+                    )
+                while driver.poll() is None:
+                    progress.show(_describe(current(instance)))
+                    time.sleep(0.5)
+                err = driver.stderr.read().decode() if driver.stderr else ""
+                if driver.returncode == EXIT_BUSY:
+                    # The refusal is the driver's last line (earlier ones are import-time warnings).
+                    elsewhere = f"experiment {config.name!r} is being trained elsewhere"
+                    raise UsageError((err.strip().splitlines()[-1:] or [elsewhere])[0])
+                if driver.returncode == EXIT_GAVE_UP:
+                    raise RuntimeError(err.strip())
+                if driver.returncode != 0:
+                    progress.show(f"{config.name}: driver exited with {driver.returncode}; restarting it")
+            progress.show(_describe(current(instance)))
+    finally:
+        progress.close()
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     config, runtime = _config_from_args(args)
     home = Home.resolve(args.home)
+    _resolve_rubric(home, config.rubric)  # a bad rubric file is refused before any service starts (or Dagster loads)
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
 
-    _resolve_rubric(home, config.rubric)
     stores = _open(home)
-    _resolve_rubric(home, config.rubric, stores)
+    _resolve_rubric(home, config.rubric, stores)  # pinned before the experiment is recorded with it
     try:
         stores.experiments.create_or_resume(config, runtime)
     except ExperimentConflictError as err:
@@ -227,13 +266,15 @@ def _existing(stores, name: str, flag: str = "--experiment") -> ExperimentConfig
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
+    _checked(check_experiment_name, args.experiment, "--experiment")
+    _checked(check_rubric_name, args.rubric, "--rubric")
+    home = Home.resolve(args.home)
+    _resolve_rubric(home, args.rubric)
     from dagster import DagsterInstance
 
     from rl_assets.driver.planner import plan
     from rl_assets.results import experiment_result, format_table
 
-    home = Home.resolve(args.home)
-    _resolve_rubric(home, args.rubric)
     stores = _open(home)
     rubric = _resolve_rubric(home, args.rubric, stores)
     config = _existing(stores, args.experiment)
@@ -248,17 +289,21 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
+    _checked(check_experiment_name, args.parent, "--from")
+    _checked(check_experiment_name, args.experiment, "--experiment")
+    _checked(check_rubric_name, args.rubric, "--rubric")
+    home = Home.resolve(args.home)
+    _resolve_rubric(home, args.rubric)
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
 
-    if not re.fullmatch(EXPERIMENT_NAME_PATTERN, args.experiment):
-        raise UsageError(f"--experiment: must match [a-z0-9][a-z0-9_-]* (got {args.experiment!r})")
-    home = Home.resolve(args.home)
-    _resolve_rubric(home, args.rubric)
     stores = _open(home)
     parent = _existing(stores, args.parent, "--from")
     rubric = _resolve_rubric(home, args.rubric, stores)
-    fork = parent.model_copy(update={"name": args.experiment, "rubric": rubric})
+    try:
+        fork = parent.with_changes(name=args.experiment, rubric=rubric)
+    except ValidationError as err:
+        raise UsageError(_problem(ExperimentConfig, err)) from None
     try:
         stores.experiments.create_or_resume(fork, Runtime(), forked_from=parent.name)
     except ExperimentConflictError as err:
@@ -269,9 +314,15 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_rubrics(args: argparse.Namespace) -> int:
-    from rl_assets.stores.rubrics import RubricError
+    from rl_assets.stores.rubrics import RubricError, RubricRegistry
 
-    stores = _open(Home.resolve(args.home), with_ray=False)
+    home = Home.resolve(args.home)
+    if args.add:
+        try:  # the file alone is checked before any service starts; adding it checks it against the pins
+            RubricRegistry(home.rubrics).check(Path(args.add))
+        except RubricError as err:
+            raise UsageError(f"--add: {err}") from None
+    stores = _open(home, with_ray=False)
     if args.add:
         try:
             rubric = stores.rubrics.add(Path(args.add))
@@ -299,6 +350,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import UnknownExperimentError
 
+    _checked(check_experiment_name, args.experiment, "--experiment")
     home = Home.resolve(args.home)
     stores = _open(home, with_ray=False)
     try:
@@ -322,6 +374,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rl_assets.report import evidence, format_report
     from rl_assets.stores.experiments import UnknownExperimentError
 
+    _checked(check_experiment_name, args.experiment, "--experiment")
     stores = _open(Home.resolve(args.home), with_ray=False)
     try:
         config = stores.experiments.get(args.experiment)
@@ -362,6 +415,30 @@ def _field_help(field: FieldInfo) -> str:
     return (field.description or "").replace("%", "%%")
 
 
+def _argument_type(annotation: Any) -> dict[str, Any]:
+    """argparse's ``type`` (and ``choices``) for a field's annotation: int, float, str, ``X | None``, a Literal."""
+    if get_origin(annotation) is Literal:
+        return {"type": str, "choices": list(get_args(annotation))}
+    if get_origin(annotation) in (Union, types.UnionType):
+        (annotation,) = [a for a in get_args(annotation) if a is not type(None)]
+    if annotation not in (int, float, str):
+        raise TypeError(f"no command-line form for a field of type {annotation!r}")
+    return {"type": annotation}
+
+
+def _add_flag(parser: argparse.ArgumentParser, flag: Flag, name: str | None = None, **overrides: Any) -> None:
+    """``flag`` (or ``name``, a flag for the same field) as an argument typed, defaulted and helped by its field."""
+    field = flag.model.model_fields[flag.field]
+    kwargs: dict[str, Any] = {"dest": flag.field, "help": _field_help(field), **_argument_type(field.annotation)}
+    if "choices" not in kwargs:  # argparse shows the choices themselves
+        kwargs["metavar"] = (name or flag.flag).removeprefix("--").upper().replace("-", "_")
+    if field.is_required():
+        kwargs["required"] = True
+    else:
+        kwargs["default"] = field.default
+    parser.add_argument(name or flag.flag, **{**kwargs, **overrides})
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rl-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -371,58 +448,25 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     train = with_home(sub.add_parser("train", help="run or resume an experiment to completion"))
-    d = ExperimentConfig.model_fields
-    train.add_argument("--experiment", required=True, help="experiment name")
-    for name in ("steps", "worlds", "prompts", "samples", "max_turns", "generate_retries", "judge_retries"):
-        train.add_argument(f"--{name.replace('_', '-')}", type=int, default=d[name].default, help=_field_help(d[name]))
-    train.add_argument("--lr", type=float, default=d["lr"].default, help=_field_help(d["lr"]))
-    train.add_argument("--rubric", default=d["rubric"].default, help=_field_help(d["rubric"]))
-    train.add_argument(
-        "--failed-trial-policy",
-        choices=["skip", "mask-group"],
-        default="skip",
-        help=_field_help(d["failed_trial_policy"]),
-    )
-    f = FaultConfig.model_fields
-    for name in ("flaky_trial_rate", "judge_flake_rate", "hang_trial_rate"):
-        train.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, help=_field_help(f[name]))
-    train.add_argument("--crash-driver-at-step", type=int, default=None, help=_field_help(f["crash_driver_at_step"]))
-    x = ExecutionSettings.model_fields
-    train.add_argument(
-        "--tool-latency", type=float, default=x["tool_latency_s"].default, help=_field_help(x["tool_latency_s"])
-    )
-    train.add_argument(
-        "--judge-latency", type=float, default=x["judge_latency_s"].default, help=_field_help(x["judge_latency_s"])
-    )
-    train.add_argument(
-        "--trial-timeout", type=float, default=x["trial_timeout_s"].default, help=_field_help(x["trial_timeout_s"])
-    )
-    train.add_argument(
-        "--judge-timeout", type=float, default=x["judge_timeout_s"].default, help=_field_help(x["judge_timeout_s"])
-    )
-    train.add_argument(
-        "--max-concurrent-trials",
-        type=int,
-        default=x["max_concurrent_trials"].default,
-        help=_field_help(x["max_concurrent_trials"]),
-    )
+    for flag in TRAIN_FLAGS:
+        _add_flag(train, flag)
     train.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     train.set_defaults(func=cmd_train)
 
     rescore = with_home(
         sub.add_parser("rescore", help="judge a trained experiment's trajectories under another rubric and retrain")
     )
-    rescore.add_argument("--experiment", required=True, help="a trained experiment")
-    rescore.add_argument("--rubric", required=True, help="rubric to re-score with (see `rl-assets rubrics`)")
+    _add_flag(rescore, FLAGS["--experiment"], dest="experiment", help="a trained experiment")
+    _add_flag(rescore, FLAGS["--rubric"], required=True, help="rubric to re-score with (see `rl-assets rubrics`)")
     rescore.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     rescore.set_defaults(func=cmd_rescore)
 
     fork = with_home(
         sub.add_parser("fork", help="a new experiment under another rubric, reusing every unchanged rollout")
     )
-    fork.add_argument("--from", dest="parent", required=True, help="the experiment to fork")
-    fork.add_argument("--experiment", required=True, help="name of the new experiment")
-    fork.add_argument("--rubric", required=True, help="rubric of the new experiment")
+    _add_flag(fork, FLAGS["--experiment"], "--from", dest="parent", help="the experiment to fork")
+    _add_flag(fork, FLAGS["--experiment"], dest="experiment", help="name of the new experiment")
+    _add_flag(fork, FLAGS["--rubric"], required=True, help="rubric of the new experiment")
     fork.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     fork.set_defaults(func=cmd_fork)
 
@@ -431,12 +475,12 @@ def build_parser() -> argparse.ArgumentParser:
     rubrics.set_defaults(func=cmd_rubrics)
 
     status = with_home(sub.add_parser("status", help="show an experiment's progress and table"))
-    status.add_argument("--experiment", required=True)
+    _add_flag(status, FLAGS["--experiment"], dest="experiment")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
 
     report = with_home(sub.add_parser("report", help="the evidence table: retries, judge calls, actor pids"))
-    report.add_argument("--experiment", required=True)
+    _add_flag(report, FLAGS["--experiment"], dest="experiment")
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
 
@@ -454,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*is currently in beta.*")  # Dagster's, not the user's concern
     args = build_parser().parse_args(argv)
     try:
+        if args.command != "stop":  # stopping must work whatever the environment says
+            _check_environment()
         return args.func(args)
     except UsageError as err:
         print(f"rl-assets: error: {err}", file=sys.stderr)

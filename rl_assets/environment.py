@@ -11,40 +11,49 @@ either way (``dagster.yaml``, from ``DAGSTER_PG_*``).
 
 from __future__ import annotations
 
-import os
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
 
-ENV_VAR = "RL_ASSETS_ENV"
-NAMESPACE_ENV = "RL_ASSETS_K8S_NAMESPACE"
-IMAGE_ENV = "RL_ASSETS_IMAGE"
-JUDGE_RATE_ENV = "RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE"
+from rl_assets.settings import (
+    ENV_VAR,
+    IMAGE_ENV,
+    JUDGE_RATE_ENV,
+    NAMESPACE_ENV,
+    Environment,
+    settings,
+)
 
-Environment = Literal["local", "kubernetes"]
+__all__ = [  # the variables' names live in rl_assets.settings; these two are re-exported for callers of this module
+    "ENV_VAR",
+    "JUDGE_RATE_ENV",
+    "current",
+    "judge_max_calls_per_minute",
+    "launch_tags",
+    "rescore_experiments",
+    "resources",
+    "unit_executor",
+]
 
 
 def current() -> Environment:
-    value = os.environ.get(ENV_VAR, "local")
-    if value not in ("local", "kubernetes"):
-        raise ValueError(f"{ENV_VAR} must be 'local' or 'kubernetes' (got {value!r})")
-    return value  # type: ignore[return-value]
+    return settings().env
 
 
 def judge_max_calls_per_minute() -> int | None:
     """The judge API's quota from ``RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE`` (unset: no limit)."""
-    value = os.environ.get(JUDGE_RATE_ENV, "").strip()
-    if not value:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{JUDGE_RATE_ENV} must be a whole number of calls >= 1 (got {value!r})")
-    return int(value)
+    return settings().judge_max_calls_per_minute
+
+
+def rescore_experiments() -> tuple[str, ...]:
+    """The experiment names in ``RL_ASSETS_RESCORE_EXPERIMENTS`` (``("*",)`` for all)."""
+    return settings().rescore_experiments
 
 
 def _k8s_settings():
     from rl_assets.kubernetes import K8sSettings
 
-    return K8sSettings(namespace=os.environ.get(NAMESPACE_ENV, "rl-assets"))
+    return K8sSettings(namespace=settings().k8s_namespace)
 
 
 def unit_executor() -> dg.ExecutorDefinition:

@@ -43,7 +43,11 @@ def test_bad_experiment_name_is_rejected(tmp_path):
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 2 and "--experiment: must match" in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "rl-assets: error: --experiment: must be 1 to 40 lowercase letters, digits, '_' or '-', "
+        "starting with a letter or digit (got 'a|b')"
+    )
 
 
 @pytest.mark.parametrize("command", ["train", "rescore", "fork", "rubrics", "status", "report", "dev", "stop"])

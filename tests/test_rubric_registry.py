@@ -27,7 +27,7 @@ def _file(tmp_path: Path, body: dict | str, name: str | None = None) -> Path:
         ({**GOOD, "correctness_weight": "high"}, "correctness_weight: Input should be a valid number"),
         ({**GOOD, "correctness_weight": True}, "correctness_weight: Input should be a valid number"),
         ({**GOOD, "name": "v1"}, "'v1' is a built-in rubric with other weights"),
-        ("{not json", "not a readable JSON file"),
+        ("{not json", "raw.json: not JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
     ],
 )
 def test_bad_rubric_is_refused_and_changes_nothing(home, tmp_path, body, message):

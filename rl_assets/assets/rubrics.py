@@ -13,7 +13,7 @@ import dagster as dg
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Rubric
 from rl_assets.resources.stores import Stores, StoresResource
-from rl_assets.tags import RUBRIC_TAG
+from rl_assets.tags import rubric_of
 
 
 @dg.observable_source_asset(
@@ -34,4 +34,4 @@ def rubrics(stores: StoresResource) -> dg.ObserveResult:
 
 def run_rubric(context: dg.AssetExecutionContext, state: Stores, config: ExperimentConfig) -> Rubric:
     """The rubric this run judges and trains with, resolved (and pinned) through the registry."""
-    return state.rubrics.get(context.run.tags.get(RUBRIC_TAG, config.rubric))
+    return state.rubrics.get(rubric_of(context.run.tags, config.rubric))

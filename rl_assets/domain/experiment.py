@@ -7,14 +7,20 @@ rubric) is derived from it, so no process has to remember anything.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rl_assets.domain.hashing import content_hash
-from rl_assets.domain.models import RUBRIC_NAME_PATTERN, TrialSpec
+from rl_assets.domain.models import FailedTrialPolicy, TrialSpec
+from rl_assets.domain.names import EXPERIMENT_NAME_RULE, RUBRIC_NAME_RULE, ExperimentName, RubricName
 
-EXPERIMENT_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,39}$"
+# Upper bounds: far above any real use of the reference workload, low enough that a typo
+# (--steps 1000000000, --lr 1e300) is refused up front instead of exhausting memory or time later.
+MAX_STEPS = 100_000
+MAX_COUNT = 10_000
+MAX_TRIALS_PER_STEP = 100_000
+MAX_LR = 1000.0
+MAX_TURNS = 1000
+MAX_RETRIES = 100
 
 
 class ExperimentConfig(BaseModel):
@@ -22,30 +28,53 @@ class ExperimentConfig(BaseModel):
 
     Two runs with equal configs give byte-identical results, whatever faults
     were injected along the way; so changing any field of an existing
-    experiment is refused instead of silently mixing two experiments.
+    experiment is refused instead of silently mixing two experiments. This
+    model is the one schema of an experiment: the CLI's flags and the
+    launchpad's config are derived from its fields, so each bound is
+    written here only.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=EXPERIMENT_NAME_PATTERN, description="Experiment name.")
-    steps: int = Field(3, ge=1, description="Training steps.")
-    worlds: int = Field(3, ge=1, description="Worlds w0..w{worlds-1}.")
-    prompts: int = Field(3, ge=1, description="Prompts per step; prompt p uses world p % worlds.")
-    samples: int = Field(2, ge=1, description="Samples (trials) per prompt.")
-    lr: float = Field(2.0, ge=0, description="Bandit learning rate.")
-    max_turns: int = Field(6, ge=1, description="Document reads allowed per trial.")
-    rubric: str = Field(
-        "v1", pattern=RUBRIC_NAME_PATTERN, description="Rubric (built-in or in the home's registry) to judge with."
+    name: ExperimentName = Field(description=f"Experiment name: {EXPERIMENT_NAME_RULE}.")
+    steps: int = Field(3, ge=1, le=MAX_STEPS, description=f"Training steps (1 to {MAX_STEPS}).")
+    worlds: int = Field(3, ge=1, le=MAX_COUNT, description=f"Worlds w0..w{{worlds-1}} (1 to {MAX_COUNT}).")
+    prompts: int = Field(
+        3, ge=1, le=MAX_COUNT, description=f"Prompts per step; prompt p uses world p % worlds (1 to {MAX_COUNT})."
     )
-    generate_retries: int = Field(2, ge=0, description="Retries of a trial's rollout before it fails for good.")
-    judge_retries: int = Field(2, ge=0, description="Retries of a trial's judging before it fails for good.")
-    failed_trial_policy: Literal["skip", "mask-group"] = Field(
+    samples: int = Field(
+        2,
+        ge=1,
+        le=MAX_COUNT,
+        description=f"Samples (trials) per prompt (1 to {MAX_COUNT}; prompts x samples at most {MAX_TRIALS_PER_STEP}).",
+    )
+    lr: float = Field(2.0, ge=0, le=MAX_LR, allow_inf_nan=False, description=f"Bandit learning rate (0 to {MAX_LR:g}).")
+    max_turns: int = Field(6, ge=1, le=MAX_TURNS, description=f"Document reads allowed per trial (1 to {MAX_TURNS}).")
+    rubric: RubricName = Field(
+        "v1", description=f"Rubric (built-in or in the home's registry) to judge with; a name of {RUBRIC_NAME_RULE}."
+    )
+    generate_retries: int = Field(
+        2, ge=0, le=MAX_RETRIES, description=f"Retries of a trial's rollout before it fails (0 to {MAX_RETRIES})."
+    )
+    judge_retries: int = Field(
+        2, ge=0, le=MAX_RETRIES, description=f"Retries of a trial's judging before it fails (0 to {MAX_RETRIES})."
+    )
+    failed_trial_policy: FailedTrialPolicy = Field(
         "skip",
         description=(
             "What a step does with a trial that failed for good: 'skip' drops the trial, "
             "'mask-group' drops every trial of its prompt group."
         ),
     )
+
+    @model_validator(mode="after")
+    def _bounded_batch(self) -> ExperimentConfig:
+        if self.prompts * self.samples > MAX_TRIALS_PER_STEP:
+            raise ValueError(
+                f"prompts x samples (trials per step) must be at most {MAX_TRIALS_PER_STEP} "
+                f"(got {self.prompts} x {self.samples})"
+            )
+        return self
 
     @property
     def config_hash(self) -> str:
@@ -81,8 +110,16 @@ class ExperimentConfig(BaseModel):
         return sorted(specs, key=lambda s: s.trial_id)
 
     def scored_with(self, rubric: str) -> ExperimentConfig:
-        """The same experiment seen under another rubric: what re-scoring judges and trains with."""
-        return self.model_copy(update={"rubric": rubric})
+        """The same experiment seen under another rubric: what re-scoring judges and trains with.
+
+        Validated like any config (``model_copy`` would not be), so a rubric
+        name from a tag or a request row is checked before it names a path.
+        """
+        return self.with_changes(rubric=rubric)
+
+    def with_changes(self, **fields: object) -> ExperimentConfig:
+        """This config with ``fields`` replaced, validated by the schema (a fork's name and rubric)."""
+        return ExperimentConfig.model_validate({**self.model_dump(), **fields})
 
     def trial(self, step: int, slot: str) -> TrialSpec:
         """The spec of trial ``slot`` of ``step``; a clear error if it is not planned."""

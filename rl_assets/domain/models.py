@@ -12,8 +12,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.names import RubricName
 
-RUBRIC_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+MAX_RUBRIC_WEIGHT = 1000.0
+"""Weights scale a score in [0, 1]; beyond this a weight is a typo, not a preference."""
 N_DOCS = 8
 """Documents per world; the policy's prior has one weight per document."""
 
@@ -30,12 +32,22 @@ class Record(BaseModel):
 
 
 class Rubric(Record):
-    """The judge's scoring weights. A rubric is an input to judging only."""
+    """The judge's scoring weights. A rubric is an input to judging only.
 
-    name: str = Field(pattern=RUBRIC_NAME_PATTERN)
-    correctness_weight: float = Field(ge=0, allow_inf_nan=False)
-    efficiency_weight: float = Field(ge=0, allow_inf_nan=False)
-    tidiness_weight: float = Field(ge=0, allow_inf_nan=False)
+    Every weight is a finite number in ``[0, MAX_RUBRIC_WEIGHT]``: a rubric
+    file holding ``Infinity``, ``NaN`` or ``1e308`` is refused, not stored.
+    """
+
+    name: RubricName = Field(description="Rubric name; the file is home/rubrics/<name>.json.")
+    correctness_weight: float = Field(
+        ge=0, le=MAX_RUBRIC_WEIGHT, allow_inf_nan=False, description="Weight of a verified answer (0 to 1000)."
+    )
+    efficiency_weight: float = Field(
+        ge=0, le=MAX_RUBRIC_WEIGHT, allow_inf_nan=False, description="Weight of finding it in few turns (0 to 1000)."
+    )
+    tidiness_weight: float = Field(
+        ge=0, le=MAX_RUBRIC_WEIGHT, allow_inf_nan=False, description="Weight of writing only answer.txt (0 to 1000)."
+    )
 
 
 class Policy(Record):
@@ -128,3 +140,4 @@ class StepResult(Record):
 
 
 FailedTrialPolicy = Literal["skip", "mask-group"]
+"""What a step does with a trial that failed for good (the one definition; every config uses it)."""

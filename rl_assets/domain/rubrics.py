@@ -18,7 +18,12 @@ class UnknownRubricError(ValueError):
 
 
 def get_rubric(name: str) -> Rubric:
-    """The rubric called ``name``, or a clear error listing the known ones."""
+    """The built-in rubric called ``name``, or a clear error listing the known ones.
+
+    Only the in-memory oracle uses this; everything that runs looks a rubric
+    up through the home's registry (:class:`rl_assets.stores.rubrics.RubricRegistry`),
+    which also knows the home's rubric files.
+    """
     try:
         return BUILTIN_RUBRICS[name]
     except KeyError:

@@ -19,7 +19,6 @@ from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.rubrics import get_rubric
 from rl_assets.resources.stores import Stores
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.damage import Damage, DamageKind
@@ -69,7 +68,7 @@ def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config
             if problem:
                 damaged("trial", key, problem)
 
-    rubric_hash = get_rubric(config.rubric).content_hash
+    rubric_hash = stores.rubrics.get(config.rubric).content_hash  # the home's registry, not just the built-ins
     for verdict_key in stores.verdicts.damaged_keys(f"{config.name}:"):
         if f":{rubric_hash}:" not in verdict_key:
             continue  # another rubric's verdict: repaired when that rubric is next used

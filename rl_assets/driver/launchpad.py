@@ -1,67 +1,97 @@
 """Start, fork and re-score experiments from the Dagster launchpad.
 
-Each job only records what is wanted (refusing a changed config or an
-unknown rubric, like the CLI); the driver sensor then launches the runs.
+Each job only records what is wanted; the driver sensor then launches the
+runs. Every value is checked by the same schema as the CLI's flags (the
+domain models, whose fields the configs are derived from) before anything is
+recorded: a bad value, an unknown or invalid rubric, or a changed config
+fails the run with one line and records nothing.
 ``start_experiment_job`` records a new experiment; ``fork_experiment_job`` a
 copy of one under another rubric, which reuses every rollout whose identity
 is unchanged; ``rescore_experiment_job`` a re-scoring of a finished one.
 """
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any
 
 import dagster as dg
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.resources.stores import StoresResource
+from rl_assets.stores.experiments import ExperimentConflictError, UnknownExperimentError
 
-_E = ExperimentConfig.model_fields
-_X = ExecutionSettings.model_fields
-_F = FaultConfig.model_fields
-
-
-class StartExperimentConfig(dg.Config):
-    """An experiment of the reference workload; every field as in ``rl-assets train``."""
-
-    name: str = Field(description=_E["name"].description)
-    steps: int = Field(_E["steps"].default, description=_E["steps"].description)
-    worlds: int = Field(_E["worlds"].default, description=_E["worlds"].description)
-    prompts: int = Field(_E["prompts"].default, description=_E["prompts"].description)
-    samples: int = Field(_E["samples"].default, description=_E["samples"].description)
-    lr: float = Field(_E["lr"].default, description=_E["lr"].description)
-    max_turns: int = Field(_E["max_turns"].default, description=_E["max_turns"].description)
-    rubric: str = Field(_E["rubric"].default, description=_E["rubric"].description)
-    generate_retries: int = Field(_E["generate_retries"].default, description=_E["generate_retries"].description)
-    judge_retries: int = Field(_E["judge_retries"].default, description=_E["judge_retries"].description)
-    failed_trial_policy: Literal["skip", "mask-group"] = Field(
-        _E["failed_trial_policy"].default, description=_E["failed_trial_policy"].description
-    )
-    tool_latency_s: float = Field(_X["tool_latency_s"].default, description=_X["tool_latency_s"].description)
-    judge_latency_s: float = Field(_X["judge_latency_s"].default, description=_X["judge_latency_s"].description)
-    trial_timeout_s: float = Field(_X["trial_timeout_s"].default, description=_X["trial_timeout_s"].description)
-    judge_timeout_s: float = Field(_X["judge_timeout_s"].default, description=_X["judge_timeout_s"].description)
-    # Fault injection, as `rl-assets train --flaky-trial-rate ...`. (A driver crash has no launchpad
-    # form: the daemon's sensor is the driver here; kill the daemon pod instead.)
-    flaky_trial_rate: float = Field(0.0, description=_F["flaky_trial_rate"].description)
-    judge_flake_rate: float = Field(0.0, description=_F["judge_flake_rate"].description)
-    hang_trial_rate: float = Field(0.0, description=_F["hang_trial_rate"].description)
+LAUNCHPAD_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
+    ExperimentConfig: tuple(ExperimentConfig.model_fields),
+    ExecutionSettings: ("tool_latency_s", "judge_latency_s", "trial_timeout_s", "judge_timeout_s"),
+    # A driver crash has no launchpad form (the daemon's sensor is the driver here; kill the daemon
+    # pod instead), and parallelism is the run queue's, not the CLI driver's.
+    FaultConfig: ("flaky_trial_rate", "judge_flake_rate", "hang_trial_rate"),
+}
+"""Which fields of the schema's models the launchpad sets; each keeps its model's type, default and description."""
 
 
-_EXECUTION_FIELDS = ("tool_latency_s", "judge_latency_s", "trial_timeout_s", "judge_timeout_s")
-_FAULT_FIELDS = ("flaky_trial_rate", "judge_flake_rate", "hang_trial_rate")
+def _launchpad_field(model: type[BaseModel], name: str) -> tuple[Any, Any]:
+    """A model field as a launchpad field: its type, default and description (the bounds stay in the model).
+
+    Dagster's config schema cannot express a bound, so the op checks every
+    value by building the model itself: one schema, one set of messages.
+    """
+    field = model.model_fields[name]
+    if field.is_required():
+        return field.annotation, Field(description=field.description)
+    return field.annotation, Field(field.default, description=field.description)
+
+
+StartExperimentConfig = create_model(
+    "StartExperimentConfig",
+    __base__=dg.Config,
+    __doc__="An experiment of the reference workload; every field as in ``rl-assets train``.",
+    **{name: _launchpad_field(model, name) for model, names in LAUNCHPAD_FIELDS.items() for name in names},
+)
+
+
+def _refuse(problem: str) -> dg.Failure:
+    """The run's failure for a bad config value: one line, and no retry (the config will not get better)."""
+    return dg.Failure(f"invalid config: {problem}", allow_retries=False)
+
+
+def _schema_problem(err: ValidationError) -> str:
+    first = err.errors()[0]
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{first['loc'][0]}: {message}" if first["loc"] else message
+
+
+def _built(model: type[BaseModel], values: dict[str, Any]) -> Any:
+    try:
+        return model(**values)
+    except ValidationError as err:
+        raise _refuse(_schema_problem(err)) from None
+
+
+def _name(check: Callable[[object], str], field: str, value: str) -> str:
+    try:
+        return check(value)
+    except InvalidNameError as err:
+        raise _refuse(f"{field}: {err}") from None
 
 
 @dg.op(description="Record an experiment; the driver sensor then trains it.")
 def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConfig, stores: StoresResource) -> None:
     fields = config.model_dump()
-    try:  # the same validation as the CLI's (rates in [0, 1], positive timeouts), with the same messages
-        execution = ExecutionSettings(**{k: fields.pop(k) for k in _EXECUTION_FIELDS})
-        faults = FaultConfig(**{k: fields.pop(k) for k in _FAULT_FIELDS})
-        experiment = ExperimentConfig(**fields)
-    except ValidationError as err:
-        raise dg.Failure(f"invalid experiment config: {err}", allow_retries=False) from None
-    created = stores.stores.experiments.create_or_resume(experiment, Runtime(faults=faults, execution=execution))
+    built = {model: _built(model, {n: fields[n] for n in names}) for model, names in LAUNCHPAD_FIELDS.items()}
+    experiment: ExperimentConfig = built[ExperimentConfig]
+    state = stores.stores
+    try:
+        state.rubrics.get(experiment.rubric)  # known, valid and pinned before the experiment is recorded with it
+    except ValueError as err:  # unknown, an invalid file, or a changed one
+        raise _refuse(f"rubric: {err}") from None
+    runtime = Runtime(faults=built[FaultConfig], execution=built[ExecutionSettings])
+    try:
+        created = state.experiments.create_or_resume(experiment, runtime)
+    except ExperimentConflictError as err:
+        raise _refuse(str(err)) from None
     context.log.info(f"experiment {experiment.name} {'created' if created else 'already exists; resuming'}")
 
 
@@ -74,18 +104,29 @@ class ForkExperimentConfig(dg.Config):
     """A new experiment: the parent's config under another rubric, reusing unchanged rollouts."""
 
     parent: str = Field(description="The experiment to fork.")
-    name: str = Field(description=_E["name"].description)
+    name: str = Field(description=ExperimentConfig.model_fields["name"].description)
     rubric: str = Field(description="Rubric of the fork (built-in or in the home's registry).")
 
 
 @dg.op(description="Record a fork of an experiment; the driver sensor then trains it.")
 def fork_experiment(context: dg.OpExecutionContext, config: ForkExperimentConfig, stores: StoresResource) -> None:
+    parent = _name(check_experiment_name, "parent", config.parent)
+    name = _name(check_experiment_name, "name", config.name)
     state = stores.stores
-    rubric = state.rubrics.get(config.rubric)
-    fork = state.experiments.get(config.parent).model_copy(update={"name": config.name, "rubric": rubric.name})
-    fork = ExperimentConfig.model_validate(fork.model_dump())
-    created = state.experiments.create_or_resume(fork, Runtime(), forked_from=config.parent)
-    context.log.info(f"fork {fork.name} of {config.parent} {'created' if created else 'already exists; resuming'}")
+    try:
+        rubric = state.rubrics.get(_name(check_rubric_name, "rubric", config.rubric))
+        fork = state.experiments.get(parent).with_changes(name=name, rubric=rubric.name)
+    except UnknownExperimentError as err:
+        raise _refuse(f"parent: {err}") from None
+    except ValidationError as err:
+        raise _refuse(_schema_problem(err)) from None
+    except ValueError as err:
+        raise _refuse(f"rubric: {err}") from None
+    try:
+        created = state.experiments.create_or_resume(fork, Runtime(), forked_from=parent)
+    except ExperimentConflictError as err:
+        raise _refuse(str(err)) from None
+    context.log.info(f"fork {fork.name} of {parent} {'created' if created else 'already exists; resuming'}")
 
 
 @dg.job(description="Fork an experiment under another rubric from the launchpad.")
@@ -102,12 +143,18 @@ class RescoreExperimentConfig(dg.Config):
 
 @dg.op(description="Record a re-scoring; the driver sensor then judges and retrains, never generating.")
 def rescore_experiment(context: dg.OpExecutionContext, config: RescoreExperimentConfig, stores: StoresResource) -> None:
+    experiment = _name(check_experiment_name, "experiment", config.experiment)
     state = stores.stores
-    state.experiments.get(config.experiment)
-    rubric = state.rubrics.get(config.rubric)
-    new = state.scorings.request(config.experiment, rubric.name, requested_by=f"launchpad run {context.run_id}")
+    try:
+        state.experiments.get(experiment)
+        rubric = state.rubrics.get(_name(check_rubric_name, "rubric", config.rubric))
+    except UnknownExperimentError as err:
+        raise _refuse(f"experiment: {err}") from None
+    except ValueError as err:
+        raise _refuse(f"rubric: {err}") from None
+    new = state.scorings.request(experiment, rubric.name, requested_by=f"launchpad run {context.run_id}")
     status = "requested" if new else "already requested"
-    context.log.info(f"re-scoring of {config.experiment} with {rubric.name} {status}")
+    context.log.info(f"re-scoring of {experiment} with {rubric.name} {status}")
 
 
 @dg.job(description="Re-score a finished experiment under another rubric from the launchpad.")

@@ -16,7 +16,6 @@ rubric triggers one re-scoring however often the sensor ticks.
 """
 
 import json
-import os
 from typing import Any
 
 import dagster as dg
@@ -24,12 +23,11 @@ from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.driver.planner import Plan, driver_lock_id, plan
-from rl_assets.environment import launch_tags
+from rl_assets.environment import launch_tags, rescore_experiments
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.settings import RESCORE_EXPERIMENTS_ENV
 from rl_assets.tags import RUBRIC_TAG
-
-RESCORE_EXPERIMENTS_ENV = "RL_ASSETS_RESCORE_EXPERIMENTS"
 
 
 def _held_by_cli_driver(state: Stores, experiment: str) -> bool:
@@ -100,9 +98,9 @@ def driver_sensor(
 
 
 def _watched(state: Stores) -> list[str]:
-    wanted = [n.strip() for n in os.environ.get(RESCORE_EXPERIMENTS_ENV, "").split(",") if n.strip()]
+    wanted = rescore_experiments()
     names = state.experiments.names()
-    return names if wanted == ["*"] else [n for n in wanted if n in names]
+    return names if wanted == ("*",) else [n for n in wanted if n in names]
 
 
 @dg.sensor(

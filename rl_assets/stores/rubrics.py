@@ -11,33 +11,66 @@ fields; an invalid file is reported by name and never used.
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import Rubric
+from rl_assets.domain.names import InvalidNameError, check_rubric_name, shown
 from rl_assets.domain.rubrics import BUILTIN_RUBRICS, UnknownRubricError
-from rl_assets.stores.database import Database
+
+if TYPE_CHECKING:  # the registry is read before any service starts; the database driver (and Dagster) can wait
+    from rl_assets.stores.database import Database
+
+MAX_RUBRIC_FILE_BYTES = 64 * 1024
+"""A rubric is four fields; a bigger file is not a rubric, and is not read."""
+_FIELDS = ", ".join(Rubric.model_fields)
 
 
 class RubricError(ValueError):
-    """A rubric file is invalid, or conflicts with a rubric of the same name."""
+    """A rubric file is invalid, or conflicts with a rubric of the same name.
+
+    Messages name the file, the field and what is wrong with it, never the
+    file's bytes: a file can be any file the process can read.
+    """
+
+
+def _not_json_constant(token: str) -> float:
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def _read_json(path: Path) -> object:
+    try:
+        if path.stat().st_size > MAX_RUBRIC_FILE_BYTES:
+            raise RubricError(f"{path.name}: larger than {MAX_RUBRIC_FILE_BYTES} bytes; not a rubric file")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RubricError(f"{path.name}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise RubricError(f"{path.name}: not readable as UTF-8 text ({type(err).__name__})") from None
+    try:
+        return json.loads(text, parse_constant=_not_json_constant)  # the stdlib would accept NaN and Infinity
+    except json.JSONDecodeError as err:  # its message is positional only ("Expecting value: line 1 column 2")
+        raise RubricError(f"{path.name}: not JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+    except ValueError as err:
+        raise RubricError(f"{path.name}: not JSON ({err})") from None
 
 
 def parse_rubric_file(path: Path) -> Rubric:
     """The rubric in ``path``, or a :class:`RubricError` naming the file and the problem."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise RubricError(f"{path.name}: not a readable JSON file ({err})") from None
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise RubricError(f"{path.name}: must be a JSON object with the fields {_FIELDS}")
     try:
         rubric = Rubric.model_validate(data, strict=True)  # a weight must be a JSON number, not "1.5" or true
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "rubric"
-        raise RubricError(f"{path.name}: {field}: {first['msg']} (got {first.get('input')!r})") from None
+        raise RubricError(f"{path.name}: {field}: {first['msg'].removeprefix('Value error, ')}") from None
     if path.stem != rubric.name:
         raise RubricError(f"{path.name}: the file must be named after its rubric ({rubric.name}.json)")
     return rubric
@@ -80,7 +113,15 @@ class RubricRegistry:
         return rubrics
 
     def get(self, name: str) -> Rubric:
-        """The rubric called ``name``, pinned to its hash; a clear error if unknown, invalid or changed."""
+        """The rubric called ``name``, pinned to its hash; a clear error if unknown, invalid or changed.
+
+        Every rubric lookup (CLI, launchpad, run tags, the audit) comes here,
+        and the name is checked against its pattern before it names a file.
+        """
+        try:
+            check_rubric_name(name)
+        except InvalidNameError as err:
+            raise RubricError(f"rubric name {shown(name)}: {err}") from None
         path = self.folder / f"{name}.json"
         if name in BUILTIN_RUBRICS:
             rubric = BUILTIN_RUBRICS[name]
@@ -94,17 +135,26 @@ class RubricRegistry:
         self._pin(rubric)
         return rubric
 
-    def add(self, source: Path) -> Rubric:
-        """Validate ``source`` and copy it into the registry; nothing changes if it is refused."""
+    def check(self, source: Path) -> Rubric:
+        """The rubric in ``source`` if it can be added (the file alone, and against the folder); nothing changes."""
         rubric = parse_rubric_file(source)
         self._check_builtin_clash(rubric)
         target = self.folder / f"{rubric.name}.json"
         if target.exists() and parse_rubric_file(target) != rubric:
             raise RubricError(f"{source.name}: a different rubric named {rubric.name!r} is already registered")
+        return rubric
+
+    def add(self, source: Path) -> Rubric:
+        """Validate ``source`` and copy it into the registry; nothing changes if it is refused."""
+        rubric = self.check(source)
+        target = self.folder / f"{rubric.name}.json"
         self._pin(rubric)
         self.folder.mkdir(parents=True, exist_ok=True)
-        if not target.exists():
-            shutil.copyfile(source, target)
+        if not target.exists():  # what was validated is written, not whatever the source holds by now
+            fd, partial = tempfile.mkstemp(dir=self.folder, prefix=f".{target.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(rubric.model_dump_json(indent=2) + "\n")
+            os.replace(partial, target)
         return rubric
 
     def version(self) -> str:
