@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name, shown
 from rl_assets.domain.rubrics import UnknownRubricError
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
-from rl_assets.home import Home
+from rl_assets.home import Home, HomeError
 
 MAX_DRIVER_ATTEMPTS = 3
 DB_OUTAGE_TIMEOUT_S = 180.0
@@ -135,8 +134,13 @@ def _open(home: Home, with_ray: bool = True):
     from rl_assets.services.local_deployment import LocalDeployment
     from rl_assets.stores.database import Database
 
+    deployment = LocalDeployment(home)
+    try:
+        deployment.check()
+    except HomeError as err:
+        raise UsageError(str(err)) from None
     print(f"rl-assets: home {home.root} (starting its Postgres and Ray head if needed)", file=sys.stderr)
-    LocalDeployment(home).up(with_ray=with_ray)
+    deployment.up(with_ray=with_ray)
     return Stores(home.root, Database.from_env())
 
 
@@ -386,12 +390,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    from rl_assets.services.dev_server import DevServer
+
     home = Home.resolve(args.home)
     _open(home)
-    cmd = [sys.executable, "-m", "dagster", "dev", "-m", "rl_assets.definitions", "-h", args.host, "-p", str(args.port)]
-    print(f"Dagster UI on http://{args.host}:{args.port} for home {home.root}", file=sys.stderr)
-    os.execvp(cmd[0], cmd)
-    return 0  # not reached
+    return DevServer(home).run(args.host, args.port)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

@@ -11,12 +11,50 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 HOME_ENV = "RL_ASSETS_HOME"
 DEFAULT_HOME = ".rl-assets"
+
+
+class HomeError(Exception):
+    """The home cannot be used as it is; said in one line, with what to do (the CLI exits 2)."""
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """``path`` as a directory only this user can enter: created 0700, or refused.
+
+    The temp folder is shared, so a directory there may have been made by
+    someone else, in advance, to read or replace what we put in it. It is
+    checked with ``lstat`` (a symlink is refused, not followed) and must be
+    ours; once it is, nobody else can rename or remove it (sticky temp folder).
+    """
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise HomeError(f"{path} exists and is not a directory (a symlink or a file): refusing it; remove it")
+    if st.st_uid != os.geteuid():
+        raise HomeError(f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): refusing it; remove it")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700, follow_symlinks=False)
+    return path
+
+
+def remove_private_dir(path: Path) -> None:
+    """Remove a runtime directory if it is ours (never through a symlink, never another user's)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+        shutil.rmtree(path)
 
 
 @dataclass(frozen=True)
@@ -67,12 +105,12 @@ class Home:
 
     @property
     def runtime(self) -> Path:
-        """A short path for unix sockets (Postgres, Ray), which cap path length."""
+        """A short, private (0700) path for the Ray head's unix sockets, which cap path length."""
         tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
         return Path(tempfile.gettempdir()) / f"rla-{tag}"
 
     def ensure(self) -> Home:
         for path in (self.dagster_home, self.artifacts, self.worlds, self.forks, self.services, self.logs):
             path.mkdir(parents=True, exist_ok=True)
-        self.runtime.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.runtime)
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,7 +113,14 @@ def home() -> Iterator[Path]:
     deployment = LocalDeployment(Home(root / "home"))
     deployment.up()
     yield root / "home"
-    deployment.down()
+    sessions = {name: s for name, s in deployment.sessions().items() if s is not None}
+    try:
+        deployment.down()
+        left = {name: [p.pid for p in s.members()] for name, s in sessions.items() if s.members()}
+        assert not left, f"processes of the test home left after stop (by session): {left}"
+        assert not deployment.home.runtime.exists(), f"runtime dir {deployment.home.runtime} left after stop"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 
-from rl_assets.home import HOME_ENV, Home
+from rl_assets.home import HOME_ENV, Home, ensure_private_dir, remove_private_dir
+from rl_assets.services.dev_server import DevServer
 from rl_assets.services.postgres import EmbeddedPostgres
-from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
+from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead, client_env
 
 RAY_NAMESPACE_ENV = "RL_ASSETS_RAY_NAMESPACE"
 
@@ -58,20 +59,29 @@ class LocalDeployment:
         self.home = home
         self.postgres = EmbeddedPostgres(home)
         self.ray = LocalRayHead(home)
+        self.dev = DevServer(home)
 
     def namespace(self) -> str:
         return "rl-assets-" + hashlib.sha256(str(self.home.root).encode()).hexdigest()[:10]
 
+    def check(self) -> None:
+        """Refuse a home that cannot be used (``HomeError``) before anything is created in it."""
+        self.postgres.check()
+        ensure_private_dir(self.home.runtime)
+
     def up(self, with_ray: bool = True) -> dict[str, str]:
-        """Start what is not running; export and return the environment."""
-        self.home.ensure()
+        """Start what is not running; export and return the environment.
+
+        Postgres first: it refuses an unreachable home before anything is created.
+        """
+        pg_env = self.postgres.ensure_running().env()
         (self.home.dagster_home / "dagster.yaml").write_text(DAGSTER_YAML)
         env = {
             HOME_ENV: str(self.home.root),
             "DAGSTER_HOME": str(self.home.dagster_home),
             RAY_NAMESPACE_ENV: self.namespace(),
-            "RAY_USAGE_STATS_ENABLED": "0",
-            **self.postgres.ensure_running().env(),
+            **client_env(self.home),
+            **pg_env,
         }
         if with_ray:
             env[RAY_ADDRESS_ENV] = self.ray.ensure_running()
@@ -79,10 +89,21 @@ class LocalDeployment:
         return env
 
     def down(self) -> list[str]:
-        """Stop every background service of the home; returns what was stopped."""
+        """Stop every background service of the home, verify none is left, remove the runtime dir.
+
+        Each service is found by its session (see ``processes.Session``), and
+        each stop waits until the ports it held are closed. Returns what was stopped.
+        """
         stopped = []
+        if self.dev.stop():
+            stopped.append("dev server")
         if self.ray.stop():
             stopped.append("ray head")
         if self.postgres.stop():
             stopped.append("postgres")
+        remove_private_dir(self.home.runtime)
         return stopped
+
+    def sessions(self) -> dict[str, object]:
+        """The recorded session of each service: the home's handle on its processes."""
+        return {"dev": self.dev.session(), "ray": self.ray.session(), "postgres": self.postgres.session()}

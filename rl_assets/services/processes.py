@@ -1,11 +1,31 @@
-"""Small process helpers shared by the service managers."""
+"""Process helpers shared by the service managers, and the session: a home's handle on its processes.
+
+Every background process a home starts (the Postgres server, the Ray head, the
+``dev`` supervisor's Dagster processes) is started as the leader of a new
+session. Its descendants stay in that session whatever they rename themselves
+to (``ray::DashboardAgent``) and whoever adopts them (ppid 1 once ``ray start``
+has exited): Ray's processes never call ``setsid``. Postgres's children do,
+but stay the postmaster's children (and exit when it dies), so the leader's
+descendants count too. The session id, recorded with the leader's start time,
+finds every one of them without matching command lines, and ``end`` can
+verify that none is left.
+
+Why not a cgroup: creating one needs root (or a delegated cgroup v2 subtree);
+a session works for every user, and no process of ours leaves it.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import psutil
+
+POLL_S = 0.1
 
 
 def free_loopback_port() -> int:
@@ -42,8 +62,111 @@ def identity_alive(identity: str) -> bool:
     return not started or f"{psutil.Process(int(pid)).create_time():.2f}" == started
 
 
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class Session:
+    """One session of processes, named by its id and its leader's start time.
+
+    The kernel keeps a session id allocated while any member lives, so the id
+    cannot name another session while ours has members. Once it is empty the
+    number may be reused by an unrelated leader; that leader has another start
+    time, and the session is then reported empty rather than someone else's.
+    """
+
+    sid: int
+    leader_started: float
+
+    @classmethod
+    def led_by(cls, pid: int) -> Session:
+        """The session whose leader is ``pid`` (started with ``start_new_session=True``)."""
+        return cls(sid=os.getsid(pid), leader_started=psutil.Process(pid).create_time())
+
+    @classmethod
+    def load(cls, path: Path) -> Session | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)))
+
+    def _leader(self) -> psutil.Process | None:
+        """The live leader, if it is still ours (same start time); None once it exited."""
+        try:
+            leader = psutil.Process(self.sid)
+            if abs(leader.create_time() - self.leader_started) > 0.01:
+                return None
+            return leader
+        except psutil.Error:
+            return None
+
+    def _reused(self) -> bool:
+        return self._leader() is None and pid_alive(self.sid)
+
+    def members(self) -> list[psutil.Process]:
+        """Live (non-zombie) processes of the session and the leader's descendants, this process excluded.
+
+        Descendants count because Postgres's children call ``setsid`` themselves:
+        they leave the postmaster's session but stay its children, and they exit
+        when it dies.
+        """
+        if self._reused():
+            return []
+        found: dict[int, psutil.Process] = {}
+        for proc in psutil.process_iter():
+            if _sid(proc.pid) == self.sid:
+                found[proc.pid] = proc
+        leader = self._leader()
+        if leader is not None:
+            try:
+                found.update((child.pid, child) for child in leader.children(recursive=True))
+            except psutil.Error:
+                pass
+        return [p for pid, p in found.items() if pid != os.getpid() and pid_alive(pid)]
+
+    def listening_ports(self) -> set[tuple[str, int]]:
+        """``(address, port)`` of every TCP listener of the session's processes."""
+        found = set()
+        for proc in self.members():
+            try:
+                for conn in proc.net_connections("inet"):
+                    if conn.status == psutil.CONN_LISTEN:
+                        found.add((conn.laddr.ip, conn.laddr.port))
+            except psutil.Error:
+                continue
+        return found
+
+    def end(self, timeout: float = 15.0) -> list[int]:
+        """SIGTERM every member, SIGKILL what outlives ``timeout``, and verify none is left.
+
+        Members started while ending (a raylet restarting a worker) are caught
+        by the passes that follow. Returns the pids ended.
+        """
+        ended: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while members := self.members():
+            force = time.monotonic() > deadline
+            for proc in members:
+                try:
+                    proc.kill() if force else proc.terminate()
+                except psutil.Error:
+                    pass
+                ended.add(proc.pid)
+            psutil.wait_procs(members, timeout=1.0)
+            if time.monotonic() > deadline + timeout:
+                raise RuntimeError(f"session {self.sid}: still alive after SIGKILL: {[p.pid for p in members]}")
+        return sorted(ended)
+
+
 def processes_mentioning(marker: str) -> list[psutil.Process]:
-    """Live processes whose command line mentions ``marker`` (a path unique to a home)."""
+    """Live processes whose command line mentions ``marker``: for tests' cross-checks, never a handle."""
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         if proc.info["pid"] == os.getpid():
@@ -53,17 +176,10 @@ def processes_mentioning(marker: str) -> list[psutil.Process]:
     return found
 
 
-def kill_all(procs: list[psutil.Process], timeout: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL whatever is still alive after ``timeout``."""
-    for proc in procs:
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=timeout)
+def wait_ports_closed(ports: set[int], timeout: float = 10.0) -> None:
+    """Raise unless none of ``ports`` accepts connections on loopback within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while held := sorted(p for p in ports if port_is_open(p)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ports still held after stopping: {held}")
+        time.sleep(POLL_S)

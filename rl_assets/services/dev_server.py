@@ -1,0 +1,93 @@
+"""``rl-assets dev``: the Dagster UI and daemon of a home, under a supervisor that ends them.
+
+``dagster dev`` alone does not stop on SIGTERM: its webserver, daemon and code
+servers stay up. So the CLI does not exec it: it runs it as the leader of a
+new session (recorded in ``services/dev.session``) and waits. On SIGTERM,
+SIGINT (Ctrl-C, which the terminal no longer delivers to the UI's own
+session) or SIGHUP it asks ``dagster dev`` to shut down the way Ctrl-C does,
+then ends whatever is left in the session (code servers, gRPC servers, runs
+the UI launched) and checks that nothing is left and the UI's port is free.
+
+The rule: ``dev`` ends everything *it* started. The home's Postgres and Ray
+head belong to the home, not to ``dev`` (a ``train`` of the same home may be
+using them): ``dev`` starts them if they are down, leaves them running, and
+``rl-assets stop`` ends them (and a ``dev`` whose supervisor was SIGKILLed).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+from rl_assets.home import Home, HomeError
+from rl_assets.services.processes import Session, wait_ports_closed
+
+GRACE_S = 10.0
+"""How long ``dagster dev`` gets to shut down by itself before its session is ended."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class DevServer:
+    """Run, and end, the ``dagster dev`` process tree of a home."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.session_file = home.services / "dev.session"
+
+    def session(self) -> Session | None:
+        return Session.load(self.session_file)
+
+    def run(self, host: str, port: int) -> int:
+        """Serve until ``dagster dev`` exits or a stop signal arrives; then end its whole session."""
+        running = self.session()
+        if running is not None and running.members():
+            raise HomeError(f"rl-assets dev is already running for home {self.home.root} (session {running.sid})")
+        received: list[int] = []
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            received.append(signum)
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+        cmd = [sys.executable, "-m", "dagster", "dev", "-m", "rl_assets.definitions", "-h", host, "-p", str(port)]
+        print(f"Dagster UI on http://{host}:{port} for home {self.home.root}", file=sys.stderr)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+        session = Session.led_by(proc.pid)
+        session.save(self.session_file)
+        try:
+            while not received and proc.poll() is None:
+                time.sleep(0.2)
+        finally:
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+            self._shut_down(proc, session, port)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        print(
+            "rl-assets dev: stopped; the home's Postgres and Ray head keep running (`rl-assets stop` ends them)",
+            file=sys.stderr,
+        )
+        return 0 if received else (proc.returncode or 0)
+
+    def _shut_down(self, proc: subprocess.Popen, session: Session, port: int) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # dagster dev's own Ctrl-C path: stops webserver and daemon
+            try:
+                proc.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        session.end()
+        proc.poll()
+        wait_ports_closed({port})
+        self.session_file.unlink(missing_ok=True)
+
+    def stop(self) -> bool:
+        """End a dev server of the home that outlived its supervisor; True if one was running."""
+        session = self.session()
+        if session is None:
+            return False
+        ended = session.end()
+        self.session_file.unlink(missing_ok=True)
+        return bool(ended)
