@@ -31,6 +31,7 @@ from dagster._core.launcher import LaunchRunContext
 from dagster._core.system_config.objects import ResolvedRunConfig
 from dagster._grpc.types import ExecuteStepArgs
 from fakes.k8s_schemas import validate
+from fakes.pod_security import BASELINE, RESTRICTED, violations
 from kubernetes.client import ApiClient
 
 from rl_assets.definitions import defs
@@ -216,6 +217,7 @@ def test_step_job_validates_strictly_and_is_hardened(step_jobs: dict[str, dict[s
     validate(job)
     _assert_hardened(_pod(job))
     assert _container(_pod(job))["image"] == IMAGE
+    assert violations(_pod(job), BASELINE) == [] and violations(_pod(job), RESTRICTED) == []
 
 
 @pytest.mark.parametrize(("step", "tier"), [("trajectories", TRIAL), ("rewards", JUDGE), ("weights", TRAIN)])
@@ -320,6 +322,7 @@ def test_world_build_run_worker_gets_an_ephemeral_world_volume(instance: dg.Dags
     validate(job)
     pod_spec = _pod(job)
     _assert_hardened(pod_spec)
+    assert violations(pod_spec, BASELINE) == [] and violations(pod_spec, RESTRICTED) == []
     (world,) = [v for v in pod_spec["volumes"] if v["name"] == WORLD_VOLUME]
     claim = world["ephemeral"]["volumeClaimTemplate"]["spec"]
     assert claim["storageClassName"] == "rl-assets-worlds" and claim["resources"]["requests"]["storage"] == "1Gi"

@@ -176,7 +176,9 @@ class WorldVolumes:
         finally:
             self._delete_claim(name)
 
-    def _claim_spec(self, size: str, data_source: client.V1TypedLocalObjectReference) -> client.V1PersistentVolumeClaimSpec:
+    def _claim_spec(
+        self, size: str, data_source: client.V1TypedLocalObjectReference
+    ) -> client.V1PersistentVolumeClaimSpec:
         return client.V1PersistentVolumeClaimSpec(
             access_modes=["ReadWriteOnce"],
             storage_class_name=self.storage_class,
