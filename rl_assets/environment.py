@@ -96,14 +96,15 @@ def resources() -> dict[str, Any]:
 
 
 def launch_tags(job: str, partition_key: str, world_store: Any) -> dict[str, str]:
-    """Extra tags of a run the driver sensor requests, made ready for it first.
+    """Extra tags of a run the driver sensor requests.
 
-    On Kubernetes a world's build run mounts the world's PVC in its run worker
-    pod, so the claim is created here, before the run exists.
+    On Kubernetes a world's build run gets an ephemeral volume in its run
+    worker pod, of the world store's class and size; Kubernetes creates its
+    PVC with the pod, so nothing is created here (the sensor runs in the code
+    server, which has no Kubernetes rights).
     """
     if current() == "local" or job != "world_job":
         return {}
     from rl_assets.kubernetes import world_build_tags
 
-    world_store.claim_world(partition_key)
-    return world_build_tags(partition_key)
+    return world_build_tags(partition_key, world_store.storage_class, world_store.world_size)

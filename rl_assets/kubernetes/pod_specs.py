@@ -31,9 +31,12 @@ from rl_assets.kubernetes.names import (
     OWNER_LABEL,
     TIER_LABEL,
     TRIAL_ANNOTATION,
+    WORLD_ANNOTATION,
+    WORLD_LABEL,
+    WORLD_VOLUME,
     owner_value,
     rollout_pod_name,
-    world_claim_name,
+    world_value,
 )
 from rl_assets.kubernetes.tiers import JUDGE, ROLLOUT, TRAIN, TRIAL, Tier
 
@@ -41,16 +44,26 @@ USER_DEFINED_K8S_CONFIG_TAG = "dagster-k8s/config"
 FORK_MOUNT = "/world"
 """Where the rollout pod sees its fork (a writable clone; the sealed world is never mounted)."""
 WORLD_MOUNT = "/world"
-"""Where the world build writes the world into the world's PVC."""
+"""Where the world build writes the world into its ephemeral volume."""
+POD_NAME_ENV = "RL_ASSETS_POD_NAME"
+"""The world build pod's own name (downward API): it names the ephemeral PVC the build snapshots."""
 RUNTIME_UID = 10001
 """The image's non-root user (deploy/Dockerfile)."""
 ROLLOUT_CONTAINER = "rollout"
 ROLLOUT_SERVICE_ACCOUNT = "rl-assets-rollout"
 """An account bound to no Role; its token is not mounted either."""
+RUNNER_SERVICE_ACCOUNT = "rl-assets-runner"
+"""The run and step pods' account (deploy/k8s/rbac.yaml): the only one that may create rollout pods, PVCs and
+VolumeSnapshots. Set here as well as in the Helm values so a step pod never falls back to another account."""
 REQUEST_ENV = "RL_ASSETS_SANDBOX_REQUEST"
 ROLLOUT_COMMAND = ("/bin/sh", "-c", f'printf "%s" "${REQUEST_ENV}" | python -m rl_assets.sandbox.runner')
 """The runner reads its request on stdin; a pod has none, so the request comes as an env var and is piped in."""
 JUDGE_KEY_ENV = "RL_ASSETS_JUDGE_API_KEY"
+RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
+RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
+"""Ray 2.60's token authentication: with ``RAY_AUTH_MODE=token`` every Ray gRPC server (GCS, raylet, the
+``ray://`` client server) and HTTP agent refuses a caller without this token, and a client sends it
+(``ray/_private/authentication``; KubeRay's ``authOptions`` injects the same two variables)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,7 @@ def step_k8s_config(
         },
         "pod_spec_config": {
             "activeDeadlineSeconds": tier.deadline_s,
+            "serviceAccountName": RUNNER_SERVICE_ACCOUNT,
             "automountServiceAccountToken": mount_token,
             "enableServiceLinks": False,
             "securityContext": pod_security_context(),
@@ -129,37 +143,57 @@ def trial_step_k8s_config() -> dict[str, Any]:
     return step_k8s_config(TRIAL, mount_token=True)
 
 
+def _secret_env(name: str, secret: SecretKey) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}}
+
+
 def judge_step_k8s_config(judge_key: SecretKey) -> dict[str, Any]:
     """The ``rewards`` step: the judge's API key from the Secret by reference, never as a value."""
-    key_env = {
-        "name": JUDGE_KEY_ENV,
-        "valueFrom": {"secretKeyRef": {"name": judge_key.name, "key": judge_key.key}},
-    }
-    return step_k8s_config(JUDGE, mount_token=False, env=(key_env,))
+    return step_k8s_config(JUDGE, mount_token=False, env=(_secret_env(JUDGE_KEY_ENV, judge_key),))
 
 
-def train_step_k8s_config() -> dict[str, Any]:
-    """The ``weights`` step: a Ray client of the RayCluster; no Kubernetes API, no judge key."""
-    return step_k8s_config(TRAIN, mount_token=False)
+def train_step_k8s_config(ray_token: SecretKey) -> dict[str, Any]:
+    """The ``weights`` step: the RayCluster's only client, authenticated by the cluster's token from its Secret.
+
+    No Kubernetes API, no judge key. The token reaches only this tier; the
+    NetworkPolicy lets only this tier reach the Ray head's client port.
+    """
+    ray_env = ({"name": RAY_AUTH_MODE_ENV, "value": "token"}, _secret_env(RAY_AUTH_TOKEN_ENV, ray_token))
+    return step_k8s_config(TRAIN, mount_token=False, env=ray_env)
 
 
-def world_build_k8s_config(world_id: str) -> dict[str, Any]:
-    """Mount the world's PVC into the run worker that builds it (``world_job`` runs in process).
+def world_build_k8s_config(world_id: str, storage_class: str, size: str) -> dict[str, Any]:
+    """Give the run worker that builds the world (``world_job`` runs in process) a fresh volume for it.
 
+    A generic ephemeral volume: Kubernetes creates its PVC with the pod and
+    deletes it with the pod, so nobody creates a PVC before the pod exists (the
+    driver sensor, in the code server, needs no Kubernetes rights). The build
+    snapshots it, and forks are cloned from the snapshot, never from this PVC.
     Set as the run's :data:`USER_DEFINED_K8S_CONFIG_TAG` tag (see :func:`world_build_tags`):
     dagster-k8s applies run tags to the run worker pod only, which is where an
-    in-process job's step runs, and a world is per run, so op tags cannot name its PVC.
+    in-process job's step runs, and a world is per run, so op tags cannot carry it.
     """
-    claim = world_claim_name(world_id)
+    claim_template = {
+        "metadata": {
+            "labels": {"app.kubernetes.io/part-of": "rl-assets", WORLD_LABEL: world_value(world_id)},
+            "annotations": {WORLD_ANNOTATION: world_id},
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+    pod_name = {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
     return {
-        "container_config": {"volumeMounts": [{"name": "world", "mountPath": WORLD_MOUNT}]},
-        "pod_spec_config": {"volumes": [{"name": "world", "persistentVolumeClaim": {"claimName": claim}}]},
+        "container_config": {"env": [pod_name], "volumeMounts": [{"name": WORLD_VOLUME, "mountPath": WORLD_MOUNT}]},
+        "pod_spec_config": {"volumes": [{"name": WORLD_VOLUME, "ephemeral": {"volumeClaimTemplate": claim_template}}]},
     }
 
 
-def world_build_tags(world_id: str) -> dict[str, str]:
+def world_build_tags(world_id: str, storage_class: str, size: str) -> dict[str, str]:
     """The run tags of one world's ``world_job`` run."""
-    return {USER_DEFINED_K8S_CONFIG_TAG: json.dumps(world_build_k8s_config(world_id))}
+    return {USER_DEFINED_K8S_CONFIG_TAG: json.dumps(world_build_k8s_config(world_id, storage_class, size))}
 
 
 def rollout_pod(

@@ -1,6 +1,6 @@
-"""Worlds on Kubernetes: a sealed world PVC, its VolumeSnapshot, and one cloned PVC per attempt.
+"""Worlds on Kubernetes: a world's VolumeSnapshot, and one PVC cloned from it per attempt.
 
-The world is written once into its own PVC, then snapshotted; the snapshot is
+The world is written once into its build pod's ephemeral PVC, then snapshotted; the snapshot is
 immutable, so it is the seal. Every rollout attempt gets a fresh PVC cloned
 from it (CSI ``dataSource``): O(1) for copy-on-write drivers, never shared
 between attempts, so a retry never sees what a failed attempt wrote. The fork
@@ -28,7 +28,6 @@ from rl_assets.kubernetes.names import (
     WORLD_LABEL,
     fork_claim_name,
     owner_value,
-    world_claim_name,
     world_snapshot_name,
     world_value,
 )
@@ -71,28 +70,15 @@ class WorldVolumes:
         """Size of a fork when the snapshot reports no ``restoreSize`` (the field is optional in the API)."""
         self._waiting = waiting or Waiting()
 
-    def ensure_world_claim(self, world_id: str, size: str) -> str:
-        """Create the world's PVC if absent (the world build writes into it); returns its name."""
-        name = world_claim_name(world_id)
-        body = client.V1PersistentVolumeClaim(
-            api_version="v1",
-            kind="PersistentVolumeClaim",
-            metadata=client.V1ObjectMeta(
-                name=name,
-                labels={PART_OF_LABEL: "rl-assets", COMPONENT_LABEL: "world", WORLD_LABEL: world_value(world_id)},
-                annotations={WORLD_ANNOTATION: world_id},
-            ),
-            spec=self._claim_spec(size, data_source=None),
-        )
-        try:
-            self._core.create_namespaced_persistent_volume_claim(self.namespace, body)
-        except ApiException as err:
-            if err.status != 409:  # 409: it exists, from an earlier build attempt
-                raise
-        return name
+    def snapshot(self, world_id: str, source_claim: str) -> str:
+        """Snapshot the built world's PVC ``source_claim`` (once; idempotent) and wait until it can be restored.
 
-    def snapshot(self, world_id: str) -> str:
-        """Snapshot the sealed world's PVC (once; idempotent) and wait until it can be restored."""
+        A snapshot of this world left by an earlier build attempt is kept if it
+        became ready (the build is deterministic, and the snapshot is only taken
+        after a complete build); one from another claim that is not ready may
+        never become so (its pod, and with it that claim, is gone), so it is
+        deleted and taken again from this build's claim.
+        """
         name = world_snapshot_name(world_id)
         body = {
             "apiVersion": f"{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}",
@@ -104,9 +90,21 @@ class WorldVolumes:
             },
             "spec": {
                 "volumeSnapshotClassName": self.snapshot_class,
-                "source": {"persistentVolumeClaimName": world_claim_name(world_id)},
+                "source": {"persistentVolumeClaimName": source_claim},
             },
         }
+        if not self._create_snapshot(body):
+            existing = self._snapshot(name)
+            source = (existing or {}).get("spec", {}).get("source", {}).get("persistentVolumeClaimName")
+            if existing is not None and source != source_claim and not existing.get("status", {}).get("readyToUse"):
+                self._delete_snapshot(name)
+                self._waiting.until(f"stale VolumeSnapshot {name} deleted", lambda: self._snapshot(name) is None)
+                self._create_snapshot(body)
+        self._waiting.until(f"VolumeSnapshot {name} ready to use", lambda: self._ready_size(name) is not None)
+        return name
+
+    def _create_snapshot(self, body: dict[str, Any]) -> bool:
+        """Create the snapshot; ``False`` if one of that name exists already."""
         try:
             self._custom.create_namespaced_custom_object(
                 SNAPSHOT_GROUP, SNAPSHOT_VERSION, self.namespace, SNAPSHOT_PLURAL, body
@@ -114,8 +112,27 @@ class WorldVolumes:
         except ApiException as err:
             if err.status != 409:
                 raise
-        self._waiting.until(f"VolumeSnapshot {name} ready to use", lambda: self._ready_size(name) is not None)
-        return name
+            return False
+        return True
+
+    def _snapshot(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._custom.get_namespaced_custom_object(
+                SNAPSHOT_GROUP, SNAPSHOT_VERSION, self.namespace, SNAPSHOT_PLURAL, name
+            )
+        except ApiException as err:
+            if _absent(err):
+                return None
+            raise
+
+    def _delete_snapshot(self, name: str) -> None:
+        try:
+            self._custom.delete_namespaced_custom_object(
+                SNAPSHOT_GROUP, SNAPSHOT_VERSION, self.namespace, SNAPSHOT_PLURAL, name
+            )
+        except ApiException as err:
+            if not _absent(err):
+                raise
 
     @contextmanager
     def fork(self, experiment: str, trial_id: str, attempt: int, world_id: str) -> Iterator[str]:
@@ -160,7 +177,7 @@ class WorldVolumes:
             self._delete_claim(name)
 
     def _claim_spec(
-        self, size: str, data_source: client.V1TypedLocalObjectReference | None
+        self, size: str, data_source: client.V1TypedLocalObjectReference
     ) -> client.V1PersistentVolumeClaimSpec:
         return client.V1PersistentVolumeClaimSpec(
             access_modes=["ReadWriteOnce"],
@@ -204,14 +221,9 @@ class WorldVolumes:
 
     def _ready_size(self, snapshot: str) -> str | None:
         """The snapshot's restore size once it is ready to use; ``None`` while it is not (or is absent)."""
-        try:
-            obj: dict[str, Any] = self._custom.get_namespaced_custom_object(
-                SNAPSHOT_GROUP, SNAPSHOT_VERSION, self.namespace, SNAPSHOT_PLURAL, snapshot
-            )
-        except ApiException as err:
-            if _absent(err):
-                return None
-            raise
+        obj = self._snapshot(snapshot)
+        if obj is None:
+            return None
         status = obj.get("status") or {}
         if status.get("error"):
             message = status["error"].get("message", "no message")

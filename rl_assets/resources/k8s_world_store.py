@@ -3,10 +3,10 @@
 Same methods as :class:`~rl_assets.resources.world_store.WorldStoreResource`,
 so the assets do not know where they run:
 
-- ``ensure_built`` runs in the ``world_job`` run worker, which has the world's
-  PVC mounted at ``/world`` (the driver sensor creates the claim and tags the
-  run, see :func:`rl_assets.environment.launch_tags`); it builds the world
-  there, snapshots the PVC and records the seal (hash and snapshot) in
+- ``ensure_built`` runs in the ``world_job`` run worker, which has a fresh
+  ephemeral volume mounted at ``/world`` (the driver sensor tags the run, see
+  :func:`rl_assets.environment.launch_tags`); it builds the world there,
+  snapshots that volume's PVC and records the seal (hash and snapshot) in
   Postgres. A snapshot is immutable, so the seal is never re-hashed.
 - ``rollout`` clones a fork PVC from the snapshot, runs the sandbox runner in
   a rollout pod on it (no network, no secret, no token; see
@@ -17,6 +17,7 @@ so the assets do not know where they run:
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -26,8 +27,8 @@ from pydantic import PrivateAttr
 
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.world import build_world
-from rl_assets.kubernetes.names import world_claim_name, world_snapshot_name
-from rl_assets.kubernetes.pod_specs import FORK_MOUNT, WORLD_MOUNT, rollout_pod
+from rl_assets.kubernetes.names import world_build_claim_name, world_snapshot_name
+from rl_assets.kubernetes.pod_specs import FORK_MOUNT, POD_NAME_ENV, WORLD_MOUNT, rollout_pod
 from rl_assets.kubernetes.rollouts import RolloutPods
 from rl_assets.kubernetes.volumes import WorldNotSealedError, WorldVolumes
 from rl_assets.kubernetes.waiting import Waiting
@@ -71,10 +72,6 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
             client.CoreV1Api(api), client.CustomObjectsApi(api), self.namespace, self.storage_class, self.snapshot_class
         )
 
-    def claim_world(self, world_id: str) -> str:
-        """Create the world's PVC (before its build run's pod, which mounts it, is scheduled)."""
-        return self._volumes().ensure_world_claim(world_id, self.world_size)
-
     def ensure_built(self, world_id: str) -> tuple[str, bool]:
         seal = _seal(world_id)
         if seal is not None:
@@ -88,7 +85,7 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         for entry in staging.iterdir():
             entry.rename(root / entry.name)
         staging.rmdir()
-        snapshot = self._volumes().snapshot(world_id)
+        snapshot = self._volumes().snapshot(world_id, world_build_claim_name(os.environ[POD_NAME_ENV]))
         _record_seal(world_id, digest, snapshot)
         return digest, True
 
@@ -99,7 +96,7 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         return seal
 
     def location(self, world_id: str) -> str:
-        return f"pvc {self.namespace}/{world_claim_name(world_id)}, snapshot {world_snapshot_name(world_id)}"
+        return f"snapshot {self.namespace}/{world_snapshot_name(world_id)}"
 
     def network_isolated(self) -> bool:
         return True  # rollout pods match the deny-all-egress NetworkPolicy (deploy/k8s/networkpolicy-rollout.yaml)
