@@ -16,6 +16,7 @@ import ctypes
 import json
 import os
 import resource
+import signal
 import stat
 import subprocess
 import sys
@@ -28,6 +29,7 @@ STAGE_POINT = "/tmp"
 """Where the staged tree is moved, in the keeper's mount namespace only: a directory any uid can traverse,
 whatever the modes of the home's or the interpreter's parents (bubblewrap resolves sources as the rollout's uid)."""
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -151,7 +153,17 @@ def _limit(config: dict) -> None:
         resource.setrlimit(getattr(resource, name), (value, value))
 
 
+def _reap_all() -> None:
+    """Wait for every descendant (this is their subreaper): bubblewrap's init, once reaped, leaves no process behind."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
 def main() -> int:
+    _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if _LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNS):
         print(json.dumps({"error": f"unshare: {os.strerror(ctypes.get_errno())}"}), flush=True)
         return 1
@@ -188,11 +200,13 @@ def main() -> int:
             preexec_fn=lambda: _limit(config),
             pass_fds=(1, 3, 4, 5),
         )
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(bwrap.pid, signal.SIGKILL))  # the launcher's "stop now"
         for fd in config["fds"].values():
             os.close(fd)
         bwrap.stdin.write(config["task"].encode() + b"\n")
         bwrap.stdin.close()
         report["exit"] = bwrap.wait()
+        _reap_all()
         report["files"] = written_files(config)
         report["answer"] = read_answer(config)
     except Exception as err:  # reported, and the launcher fails the trial with it

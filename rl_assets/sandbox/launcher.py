@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -85,6 +84,8 @@ class AgentProgram:
     files: tuple[tuple[str, str], ...]
     """(host path, path under ``/app``)."""
     entry: str = "main.py"
+    interpreter: str = sys.executable
+    """Any Python 3.11+: the agent and the keeper use only the standard library."""
 
 
 REFERENCE_AGENT = AgentProgram(
@@ -129,25 +130,30 @@ def sandbox_description() -> str:
     return f"bwrap: userns uid {SANDBOX_UID}, no capabilities, seccomp, pivot_root; {where}"
 
 
+_SYSCONFIG = (
+    "import json, sysconfig; print(json.dumps([sysconfig.get_path(k) for k in "
+    "('stdlib', 'platstdlib', 'purelib', 'platlib')]))"
+)
+
+
 @functools.cache
-def _runtime() -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], str]:
-    """(binds, hidden dirs, interpreter): this interpreter, its shared libraries and stdlib, no site-packages."""
-    interpreter = os.path.realpath(sys.executable)
+def _runtime(interpreter: str) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], str]:
+    """(binds, hidden dirs, interpreter): the interpreter, its shared libraries and stdlib, no site-packages."""
+    interpreter = os.path.realpath(interpreter)
     binds = {interpreter: interpreter}
-    ldd = subprocess.run(["ldd", interpreter], capture_output=True, text=True, check=True).stdout
-    for line in ldd.splitlines():
+    paths = json.loads(
+        subprocess.run([interpreter, "-I", "-S", "-c", _SYSCONFIG], capture_output=True, check=True).stdout
+    )
+    extensions = sorted(str(p) for p in Path(paths[1], "lib-dynload").glob("*.so"))
+    ldd = subprocess.run(["ldd", interpreter, *extensions], capture_output=True, text=True).stdout
+    for line in ldd.splitlines():  # the shared libraries of the interpreter and of the stdlib's extension modules
         match = re.search(r"(?:=>\s*)?(/\S+)\s+\(0x", line)
         if match:
             binds[match.group(1)] = os.path.realpath(match.group(1))
-    hidden = []
-    for key in ("stdlib", "platstdlib"):
-        stdlib = sysconfig.get_path(key)
+    hidden: list[str] = []
+    for stdlib in dict.fromkeys(paths[:2]):
         binds[stdlib] = os.path.realpath(stdlib)
-        for site in (
-            sysconfig.get_path("purelib"),
-            sysconfig.get_path("platlib"),
-            os.path.join(stdlib, "site-packages"),
-        ):
+        for site in (*paths[2:], os.path.join(stdlib, "site-packages")):
             if site.startswith(stdlib + os.sep) and os.path.isdir(site) and site not in hidden:
                 hidden.append(site)
     return tuple((source, dest) for dest, source in binds.items()), tuple(hidden), interpreter
@@ -216,7 +222,7 @@ class _Attempt:
         base = Path(fork.upper).parent / "sandbox"
         for d in keeper.SANDBOX_DIRS:
             (base / d).mkdir(parents=True, exist_ok=True)
-        binds, hidden, interpreter = _runtime()
+        binds, hidden, interpreter = _runtime(self.program.interpreter)
         app = [(source, f"/app/{rel}") for source, rel in self.program.files]
         sec = seccomp.filter_fd()
         root = os.geteuid() == 0
@@ -267,7 +273,7 @@ class _Attempt:
         }
         self.cgroup = AttemptCgroup(self.limits) if root else None
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", keeper.__file__],
+            [self.program.interpreter, "-I", "-S", keeper.__file__],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -298,11 +304,13 @@ class _Attempt:
 
         def child() -> None:
             _die_with_parent()
-            for target, fd in zip((3, 4, 1, 2), (os.dup(req_w), os.dup(rep_r), os.dup(out_w), os.dup(out_w)), strict=True):
+            for target, fd in zip(
+                (3, 4, 1, 2), (os.dup(req_w), os.dup(rep_r), os.dup(out_w), os.dup(out_w)), strict=True
+            ):
                 os.dup2(fd, target)
 
         self.proc = subprocess.Popen(
-            [sys.executable, "-S", "-E", "-s", "-B", str(Path(self.scratch, self.program.entry))],
+            [self.program.interpreter, "-S", "-E", "-s", "-B", str(Path(self.scratch, self.program.entry))],
             stdin=subprocess.PIPE,
             env={},
             cwd=fork.merged,
@@ -416,6 +424,10 @@ class _Attempt:
     def close(self) -> None:
         """Kill whatever is left of the attempt (its process group, its cgroup) and release its pipes."""
         if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)  # the keeper kills bubblewrap and reaps the whole sandbox
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=5)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()

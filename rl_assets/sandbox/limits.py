@@ -9,8 +9,10 @@ and checks by it. Where no cgroup is writable (an unprivileged caller), the rlim
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,18 +90,21 @@ class AttemptCgroup:
 
     def kill_and_remove(self) -> None:
         """SIGKILL whatever is left in the attempt's cgroups, then remove them (they must be empty to go)."""
-        for pid in self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        deadline = time.monotonic() + 10
         for path in self.dirs:
-            for _ in range(1000):
+            while True:
+                for pid in self.pids():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 try:
                     path.rmdir()
                     break
+                except FileNotFoundError:
+                    break
                 except OSError:
-                    os.sched_yield()
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"processes of a sandbox attempt outlived SIGKILL in {path}") from None
+                    time.sleep(0.01)  # a killed process takes a moment to leave its cgroup
 
 
 def _unified() -> Path:
