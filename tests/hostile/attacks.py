@@ -176,6 +176,29 @@ def import_grader(params: dict) -> dict:
     return seen
 
 
+def observe(params: dict) -> dict:
+    s = socket.socket()
+    s.settimeout(1)
+    return {
+        "connect": s.connect_ex(("1.1.1.1", 80)),
+        "ifaces": sorted(n for _, n in socket.if_nameindex()),
+        "env": dict(os.environ),
+        "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+        "ids": [os.getuid(), os.geteuid(), os.getgid()],
+        "cap_eff": next(line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff")),
+        "no_new_privs": next(line.split()[1] for line in open("/proc/self/status") if line.startswith("NoNewPrivs")),
+        "seccomp": next(line.split()[1] for line in open("/proc/self/status") if line.startswith("Seccomp:")),
+    }
+
+
+def write_files(params: dict) -> dict:
+    for name, size in params["files"].items():
+        os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
+        with open(name, "w") as f:
+            f.write("z" * size)
+    return {}
+
+
 def sleep_forever(params: dict) -> dict:
     time.sleep(3600)
     return {}
@@ -183,7 +206,7 @@ def sleep_forever(params: dict) -> dict:
 
 ATTACKS = {f.__name__: f for f in (
     mount_setattr, remount, write_outside, read_secrets, connect_tcp, connect_unix, ptrace, namespaces,
-    fork_bomb, fill_fork, print_flood, forged_result, import_grader, sleep_forever,
+    fork_bomb, fill_fork, print_flood, forged_result, import_grader, observe, write_files, sleep_forever,
 )}  # fmt: skip
 
 
@@ -192,8 +215,9 @@ def main() -> int:
         attack = json.load(f)
     sys.stdin.readline()  # the task, unused: a hostile rollout does what it likes
     seen = ATTACKS[attack["name"]](attack["params"])
-    with open("answer.txt", "w") as f:
-        f.write(json.dumps(seen)[:1000])
+    if attack["name"] != "write_files":  # that one leaves exactly the files it was told to
+        with open("answer.txt", "w") as f:
+            f.write(json.dumps(seen)[:1000])
     return 0
 
 
