@@ -4,7 +4,8 @@ This is the environment seam of a trial: build and seal a world, verify it,
 and run one rollout attempt in a sandbox on a private fork. Locally, forks are
 overlays mounted in the sandbox's keeper (``fork_mode="auto"`` picks them
 where the OS allows, else a plain copy, and says which in the materialization
-metadata), and the rollout runs in :mod:`rl_assets.sandbox.launcher`'s bubblewrap sandbox; :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource`
+metadata), and the rollout runs in :mod:`rl_assets.sandbox.launcher`'s
+bubblewrap sandbox; :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource`
 implements the same methods with PVCs cloned from VolumeSnapshots and pods.
 """
 
