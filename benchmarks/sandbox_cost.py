@@ -17,6 +17,7 @@ Run as root from a checkout (it needs git for the previous code)::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -87,10 +88,10 @@ def main() -> None:
             with worlds.fork(spec.world_id, "prev", f"a{i}", overlay=True) as fork:
                 request = {"spec": spec.model_dump(), "prior": [1.0] * 8, "fork": fork.model_dump()}
                 request["confine_writes"] = True
-                sample["previous"] = timed(lambda: run_previous(root / "previous", request))
+                sample["previous"] = timed(functools.partial(run_previous, root / "previous", request))
             with worlds.fork(spec.world_id, "new", f"a{i}", overlay=True) as fork:
                 req = SandboxRequest(spec=spec, prior=[1.0] * 8, fork=fork)
-                sample["bubblewrap"] = timed(lambda: run_sandbox(req, timeout_s=60))
+                sample["bubblewrap"] = timed(functools.partial(run_sandbox, req, timeout_s=60))
             if i:
                 for name, seconds in sample.items():
                     times[name].append(seconds)
