@@ -216,6 +216,14 @@ def test_writes_outside_the_fork_fail(attack, arena, home):
     assert HOSTILE.read_text().startswith('"""A hostile rollout')
 
 
+def test_the_world_is_read_only_through_the_recorded_tool(attack):
+    """Reading the documents straight from the fork would give an answer with no recorded turn: refused."""
+    files = [f"/fork/docs/doc_{i}.txt" for i in range(8)] + [f"docs/doc_{i}.txt" for i in range(8)]
+    out = attack("read_world_directly", {"files": files})
+    assert out.seen["listing"] == [] and all(not r.startswith("read:") for r in out.seen["reads"].values())
+    assert out.rollout.turns == []
+
+
 def test_secrets_of_the_home_are_not_visible(attack, home):
     private = home / "private-0600.txt"
     private.write_text("home-secret-do-not-leak")

@@ -180,10 +180,10 @@ def main() -> int:
         _mount(os.path.join(base, "stage"), STAGE_POINT, None, _MS_MOVE)
         for hidden in config["hidden"]:
             argv += ["--tmpfs", hidden, "--remount-ro", hidden]
+        argv += ["--bind", os.path.join(STAGE_POINT, "fork"), "/fork"]
+        for tool_only in config["tools_only"]:  # reachable only through the harness's recorded tool calls
+            argv += ["--tmpfs", f"/fork/{tool_only}", "--remount-ro", f"/fork/{tool_only}"]
         argv += [
-            "--bind",
-            os.path.join(STAGE_POINT, "fork"),
-            "/fork",
             "--chdir",
             "/fork",
             "--remount-ro",

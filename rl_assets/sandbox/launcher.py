@@ -52,6 +52,9 @@ SANDBOX_UID = 1000
 _PR_SET_PDEATHSIG = 1
 _PACKAGE = Path(rl_assets.__file__).parent
 DEFAULT_LIMITS = Limits()
+TOOLS_ONLY = (DOCS_DIR,)
+"""Fork directories hidden from the sandbox (an empty read-only tmpfs over them): the world's documents reach
+the agent only through its read tool, served and recorded here, so no answer can come from an unrecorded read."""
 _DOC_PATH = re.compile(rf"{DOCS_DIR}/doc_(\d+)\.txt")
 
 
@@ -240,6 +243,7 @@ class _Attempt:
             "bwrap_uid": in_keeper_uid,
             "binds": [list(b) for b in (*binds, *app)],
             "hidden": list(hidden),
+            "tools_only": list(TOOLS_ONLY),
             "fds": {"requests": req_w, "replies": rep_r, "output": out_w, "seccomp": sec},
             "rlimits": self.limits.rlimits(self.timeout_s),
             "task": task,

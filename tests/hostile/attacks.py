@@ -69,6 +69,11 @@ def write_outside(params: dict) -> dict:
     return {"writes": {p: try_write(p) for p in params["targets"]}}
 
 
+def read_world_directly(params: dict) -> dict:
+    listing = os.listdir("docs") if os.path.isdir("docs") else None
+    return {"listing": listing, "reads": {p: try_read(p) for p in params["files"]}}
+
+
 def read_secrets(params: dict) -> dict:
     return {"reads": {p: try_read(p) for p in params["files"]}}
 
@@ -205,8 +210,8 @@ def sleep_forever(params: dict) -> dict:
 
 
 ATTACKS = {f.__name__: f for f in (
-    mount_setattr, remount, write_outside, read_secrets, connect_tcp, connect_unix, ptrace, namespaces,
-    fork_bomb, fill_fork, print_flood, forged_result, import_grader, observe, write_files, sleep_forever,
+    mount_setattr, remount, write_outside, read_world_directly, read_secrets, connect_tcp, connect_unix, ptrace,
+    namespaces, fork_bomb, fill_fork, print_flood, forged_result, import_grader, observe, write_files, sleep_forever,
 )}  # fmt: skip
 
 
