@@ -274,7 +274,7 @@ def worker_of(run: DagsterRun) -> psutil.Process | None:
 
 
 def sandboxes_of(worker: psutil.Process) -> list[psutil.Process]:
-    """The worker's live sandbox processes (the runner, and the ``unshare`` in front of it)."""
+    """The worker's live sandbox processes (the keeper, bubblewrap, and the agent inside)."""
     try:
         return [p for p in worker.children(recursive=True) if alive(p)]
     except psutil.Error:
@@ -464,7 +464,7 @@ def target_worker(watch: Watch, kind: KillKind) -> tuple[psutil.Process, str, st
 
 def _is_runner(proc: psutil.Process) -> bool:
     try:
-        return "rl_assets.sandbox.runner" in proc.cmdline()
+        return "/app/main.py" in proc.cmdline()  # the rollout's agent, inside its sandbox
     except psutil.Error:
         return False
 

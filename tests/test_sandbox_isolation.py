@@ -1,22 +1,45 @@
-"""A trial's sandbox: private forks, no network, nothing outside its fork, no secrets."""
+"""A trial's sandbox: private forks, the trajectory from trusted evidence, no network, nothing of the host."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
+import psutil
 import pytest
 
+from rl_assets.domain.agent import run_agent
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.world import world_documents, world_secret
 from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV
-from rl_assets.sandbox.launcher import SandboxTimeout, isolation, run_sandbox, sandbox_env
+from rl_assets.sandbox import launcher
+from rl_assets.sandbox.launcher import (
+    REFERENCE_AGENT,
+    AgentProgram,
+    SandboxTimeout,
+    SandboxUnavailable,
+    isolation,
+    run_sandbox,
+)
 from rl_assets.sandbox.protocol import SandboxFault, SandboxRequest
-from rl_assets.sandbox.runner import ForkTools, _confine_writes
+from rl_assets.sandbox.runner import ForkTools
 from rl_assets.worlds import LocalWorlds, WorldTamperedError, tree_hash
 
-SPEC = ExperimentConfig(name="iso").trials(0)[0]
+CONFIG = ExperimentConfig(name="iso", max_turns=8)
+SPEC = CONFIG.trials(0)[0]
+HOSTILE = Path(__file__).parent / "hostile" / "attacks.py"
+
+
+class _MemoryTools:
+    def __init__(self, world_id: str) -> None:
+        self.docs = world_documents(world_id)
+
+    def read(self, path: str) -> str:
+        return self.docs[path]
+
+    def write(self, path: str, text: str) -> None:
+        pass
 
 
 @pytest.fixture
@@ -27,21 +50,44 @@ def worlds(tmp_path: Path) -> LocalWorlds:
     return store
 
 
+def _hostile(tmp_path: Path, attack: str, params: dict) -> AgentProgram:
+    spec = tmp_path / f"{attack}.json"
+    spec.write_text(json.dumps({"name": attack, "params": params}))
+    return AgentProgram(files=((str(HOSTILE), "main.py"), (str(spec), "attack.json")))
+
+
+def _secret_prior(world_id: str, weight: float) -> list[float]:
+    prior = [1.0] * 8
+    prior[world_secret(world_id)[0]] = weight
+    return prior
+
+
 @pytest.mark.parametrize("overlay", [True, False], ids=["overlay", "copy"])
 def test_trial_writes_never_reach_the_world_or_another_fork(worlds, overlay):
     if overlay and not isolation().overlay:
-        pytest.fail("this machine cannot mount overlays in a sandbox; the overlay path is untested here")
+        pytest.fail("this machine cannot give the sandbox an overlay fork; the overlay path is untested here")
     before = tree_hash(worlds.world_dir("w0"))
     with worlds.fork("w0", "ta", "a", overlay) as fork_a, worlds.fork("w0", "tb", "b", overlay) as fork_b:
         rollout = run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork_a), timeout_s=30)
         assert "answer.txt" in rollout.files_written
-        written = Path(fork_a.upper if overlay else fork_a.merged) / "answer.txt"
-        assert written.exists(), "the agent's output lands in its own fork"
+        on_host = Path(fork_a.merged if not overlay else fork_a.upper) / "answer.txt"
+        assert on_host.exists() is (not overlay), "an overlay's writes land on its quota tmpfs, never the host disk"
         assert not (Path(fork_b.merged) / "answer.txt").exists()
-        assert not (Path(fork_b.upper) / "answer.txt").exists()
     assert tree_hash(worlds.world_dir("w0")) == before
     assert not (worlds.world_dir("w0") / "answer.txt").exists()
     assert list(worlds.forks_root.iterdir()) == [], "forks are removed after the attempt"
+
+
+@pytest.mark.parametrize("weight", [1.0, 5.0, 50.0])
+@pytest.mark.parametrize("slot", [0, 3])
+def test_the_sandboxed_rollout_is_the_oracles_rollout(worlds, slot, weight):
+    """Turns served by the harness and files found in the fork give exactly the in-memory agent's rollout."""
+    spec = CONFIG.trials(1)[slot]
+    prior = _secret_prior(spec.world_id, weight)
+    worlds.ensure_built(spec.world_id)
+    with worlds.fork(spec.world_id, "t", "a", isolation().overlay) as fork:
+        rollout = run_sandbox(SandboxRequest(spec=spec, prior=prior, fork=fork), timeout_s=30)
+    assert rollout == run_agent(spec, prior, _MemoryTools(spec.world_id))
 
 
 def test_tools_refuse_paths_outside_the_fork(tmp_path):
@@ -53,96 +99,36 @@ def test_tools_refuse_paths_outside_the_fork(tmp_path):
     assert not (tmp_path.parent / "escape.txt").exists()
 
 
-# Runs inside the sandbox as the runner does (same isolation, environment and write confinement), then tries
-# what a hostile agent would: the network, every other process's environment, writes outside its fork.
-HOSTILE_AGENT = """
-import glob, json, os, socket, sys
-from rl_assets.sandbox.protocol import SandboxRequest
-from rl_assets.sandbox.runner import _confine_writes
-request = SandboxRequest.model_validate_json(sys.stdin.read())
-if request.fork.kind == "overlay":
-    from rl_assets.sandbox.runner import _mount_overlay
-    _mount_overlay(request)
-_confine_writes(request)
-s = socket.socket(); s.settimeout(1)
-environs = ""
-for path in glob.glob("/proc/[0-9]*/environ"):
-    try:
-        environs += open(path, "rb").read().decode(errors="replace")
-    except OSError:
-        pass
-writes = {}
-for target in json.loads(sys.argv[1]):
-    try:
-        with open(target, "w") as f:
-            f.write("escaped")
-        writes[target] = "written"
-    except OSError as err:
-        writes[target] = err.strerror
-print(json.dumps({
-    "connect": s.connect_ex(("1.1.1.1", 80)),
-    "ifaces": sorted(n for _, n in socket.if_nameindex()),
-    "env": dict(os.environ),
-    "other_environs": environs,
-    "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-    "writes": writes,
-}))
-"""
-
-
-@pytest.mark.parametrize("overlay", [True, False], ids=["overlay", "copy"])
-def test_a_hostile_rollout_gets_no_network_no_secrets_and_no_writes_outside_its_fork(
-    worlds, overlay, tmp_path, monkeypatch
+def test_the_rollout_runs_unprivileged_with_no_network_no_environment_and_only_its_own_processes(
+    worlds, tmp_path, monkeypatch
 ):
-    iso = isolation()
-    if not (iso.network_isolated and iso.confines_writes):
-        pytest.fail(f"isolation {iso.name!r} gives no network, mount and pid namespaces on this machine")
-    if overlay and not iso.overlay:
-        pytest.fail("this machine cannot mount overlays in a sandbox; the overlay path is untested here")
+    if not isolation().network_isolated:
+        pytest.fail(f"isolation {isolation().name!r} gives no network namespace on this machine")
     monkeypatch.setenv(JUDGE_KEY_ENV, "sk-judge-do-not-leak")  # as a judging step's process would hold it
     monkeypatch.setenv("DAGSTER_PG_PASSWORD", "pg-do-not-leak")
-    with worlds.fork("w0", "hostile", "a", overlay) as fork:
-        merged = Path(fork.merged)
-        targets = {
-            "fork": str(merged / "answer.txt"),
-            "world": str(worlds.world_dir("w0") / "docs" / "escaped.txt"),
-            "home": str(tmp_path / "escaped.txt"),
-            "tmp": "/tmp/rl-assets-escaped.txt",
-            "upper": str(Path(fork.upper) / "escaped.txt") if overlay else str(merged.parent / "escaped.txt"),
-        }
-        request = SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork, confine_writes=True)
-        proc = subprocess.run(
-            [*iso.prefix, sys.executable, "-c", HOSTILE_AGENT, json.dumps(list(targets.values()))],
-            input=request.model_dump_json(),
-            capture_output=True,
-            text=True,
-            env=sandbox_env(),
-            cwd="/",
-            timeout=60,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        seen = json.loads(proc.stdout)
-        wrote_in_fork = (Path(fork.upper if overlay else fork.merged) / "answer.txt").exists()
-
+    with worlds.fork("w0", "observe", "a", True) as fork:
+        request = SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork)
+        rollout = run_sandbox(request, timeout_s=30, program=_hostile(tmp_path, "observe", {}))
+    seen = json.loads(rollout.answer)
     assert seen["connect"] != 0 and seen["ifaces"] == ["lo"], "no network but loopback"
-    assert set(seen["env"]) <= {"PATH", "PYTHONPATH", "PWD", "LC_CTYPE"}, seen["env"]
-    assert "do-not-leak" not in seen["other_environs"], "no other process's environment is readable"
+    assert set(seen["env"]) <= {"PATH", "PWD", "LC_CTYPE"}, seen["env"]
+    assert "do-not-leak" not in rollout.answer
     assert max(seen["pids"]) < 10, f"only the sandbox's own processes are visible: {seen['pids']}"
-    writes = dict(zip(targets, seen["writes"].values(), strict=True))
-    assert writes["fork"] == "written" and wrote_in_fork
-    assert {k: v for k, v in writes.items() if k != "fork"} == {
-        k: "Read-only file system" for k in targets if k != "fork"
+    assert seen["ids"] == [launcher.SANDBOX_UID] * 3
+    assert (seen["cap_eff"], seen["no_new_privs"], seen["seccomp"]) == ("0000000000000000", "1", "2")
+
+
+def test_every_field_of_a_rollout_is_capped(worlds, tmp_path):
+    cases = {
+        "answer": {"answer.txt": 5000},
+        "files": {f"f{i:03d}.txt": 1 for i in range(100)},
+        "path": {"answer.txt": 1, "d" * 200 + "/" + "p" * 100: 1},
     }
-    assert not Path(targets["world"]).exists() and not Path(targets["home"]).exists()
-    assert not Path(targets["tmp"]).exists()
-
-
-def test_the_runner_refuses_to_confine_writes_outside_a_sandbox(worlds):
-    """Confinement remounts every mount read-only: outside its own namespaces it would hit the host's."""
-    with worlds.fork("w0", "t", "outside", overlay=False) as fork:
-        request = SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork, confine_writes=True)
-        with pytest.raises(RuntimeError, match="refusing to confine writes"):
-            _confine_writes(request)
+    for name, files in cases.items():
+        with worlds.fork("w0", "caps", name, True) as fork:
+            request = SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork)
+            with pytest.raises(RuntimeError, match="answer.txt is over|more than 64 files|a path over"):
+                run_sandbox(request, timeout_s=30, program=_hostile(tmp_path, "write_files", {"files": files}))
 
 
 def test_injected_fault_and_hang_are_reported_and_killed(worlds):
@@ -152,8 +138,32 @@ def test_injected_fault_and_hang_are_reported_and_killed(worlds):
     with worlds.fork("w0", "t", "h", isolation().overlay) as fork:
         with pytest.raises(SandboxTimeout):
             run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork, hang=True), timeout_s=1.5)
-    leftover = subprocess.run(["pgrep", "-f", "rl_assets.sandbox.runner"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == "", "a timed-out sandbox leaves no process behind"
+    agents = [p.pid for p in psutil.process_iter() if _is_agent(p)]
+    assert agents == [], "a timed-out sandbox leaves no process behind"
+
+
+def _is_agent(proc: psutil.Process) -> bool:
+    try:
+        return "/app/main.py" in proc.cmdline() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def test_a_missing_bubblewrap_is_one_clear_error_naming_the_install_command(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(SandboxUnavailable, match="apt-get install -y bubblewrap"):
+        isolation.__wrapped__()
+
+
+def test_the_reference_agent_gets_none_of_the_grader():
+    bound = {rel for _, rel in REFERENCE_AGENT.files}
+    assert bound == {
+        "main.py",
+        "rl_assets/__init__.py",
+        "rl_assets/domain/__init__.py",
+        "rl_assets/domain/seeding.py",
+        "rl_assets/domain/reference_policy.py",
+    }
 
 
 def test_world_modified_behind_the_systems_back_is_detected(worlds):

@@ -1,9 +1,8 @@
 """The reference agent: reads documents in an order drawn from its prior.
 
-It only touches its world through :class:`Tools`, the seam where a real
-sandbox (shell, editor, browser) plugs in. Its random stream is seeded by the
-trial id and the fault draw is always made first, so every attempt of a trial,
-failed or not, produces the same trajectory.
+Its decisions are :mod:`rl_assets.domain.reference_policy` (plain Python, what the sandbox runs); this
+wraps them in the typed records for the in-memory oracle. It only touches its world through
+:class:`Tools`, the seam where a real sandbox (shell, editor, browser) plugs in.
 """
 
 from __future__ import annotations
@@ -13,12 +12,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from rl_assets.domain.models import N_DOCS, TrialSpec, Turn
-from rl_assets.domain.seeding import rng
-from rl_assets.domain.world import DOCS_DIR
-
-SECRET_MARKER = "secret:"
-UNTIDY_PROBABILITY = 0.3
+from rl_assets.domain.models import TrialSpec, Turn
+from rl_assets.domain.reference_policy import act
 
 
 class Tools(Protocol):
@@ -39,38 +34,12 @@ class Rollout(BaseModel):
     files_written: list[str]
 
 
-def reading_order(r, prior: list[float]) -> list[int]:
-    """Documents without replacement, each pick weighted by the prior."""
-    remaining = list(range(N_DOCS))
-    order = []
-    while remaining:
-        pick = r.choices(remaining, weights=[prior[i] for i in remaining], k=1)[0]
-        order.append(pick)
-        remaining.remove(pick)
-    return order
-
-
 def run_agent(
     spec: TrialSpec,
     prior: list[float],
     tools: Tools,
     on_fault_draw: Callable[[float], None] = lambda _draw: None,
 ) -> Rollout:
-    """Run one trial. ``on_fault_draw`` may raise to inject a sandbox fault."""
-    r = rng("trial", spec.trial_id)
-    on_fault_draw(r.random())
-    turns: list[Turn] = []
-    answer = ""
-    for doc in reading_order(r, prior)[: spec.max_turns]:
-        text = tools.read(f"{DOCS_DIR}/doc_{doc}.txt")
-        found = SECRET_MARKER in text
-        turns.append(Turn(doc=doc, found=found))
-        if found:
-            answer = text.split(SECRET_MARKER, 1)[1].strip()
-            break
-    tools.write("answer.txt", answer)
-    files = ["answer.txt"]
-    if r.random() < UNTIDY_PROBABILITY:
-        tools.write("scratch.tmp", "notes\n")
-        files.append("scratch.tmp")
-    return Rollout(turns=turns, answer=answer, files_written=files)
+    """Run one trial in memory (the oracle). ``on_fault_draw`` may raise to inject a sandbox fault."""
+    turns, answer, files = act(spec.trial_id, spec.max_turns, prior, tools.read, tools.write, on_fault_draw)
+    return Rollout(turns=[Turn(doc=d, found=f) for d, f in turns], answer=answer, files_written=files)

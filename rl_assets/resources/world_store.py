@@ -2,9 +2,10 @@
 
 This is the environment seam of a trial: build and seal a world, verify it,
 and run one rollout attempt in a sandbox on a private fork. Locally, forks are
-overlays mounted inside the sandbox process (``fork_mode="auto"`` picks them
+overlays mounted in the sandbox's keeper (``fork_mode="auto"`` picks them
 where the OS allows, else a plain copy, and says which in the materialization
-metadata); :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource`
+metadata), and the rollout runs in :mod:`rl_assets.sandbox.launcher`'s
+bubblewrap sandbox; :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource`
 implements the same methods with PVCs cloned from VolumeSnapshots and pods.
 """
 
@@ -30,6 +31,10 @@ class WorldStoreResource(dg.ConfigurableResource):
 
     home: str
     fork_mode: Literal["auto", "overlay", "copy"] = "auto"
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Fail at start-up, naming the install command, when the sandbox's tool (bubblewrap) is missing."""
+        isolation()
 
     @property
     def _worlds(self) -> LocalWorlds:

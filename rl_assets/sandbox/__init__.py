@@ -1,8 +1,9 @@
-"""The trial sandbox: one process per rollout attempt, on a private fork.
+"""The trial sandbox: one bubblewrap sandbox per rollout attempt, on a private fork.
 
-``launcher`` (the parent side, inside a Dagster step) starts ``runner`` in
-fresh mount and network namespaces where the OS allows it: the fork is an
-overlay mounted inside the sandbox's own mount namespace (so it vanishes with
-the process, even on SIGKILL), and the sandbox has no network interface but
-loopback. The runner only touches files through tools confined to its fork.
+``launcher`` (the trusted side, inside a Dagster step) starts ``keeper``, which mounts the fork (an
+overlay of the sealed world on a size-limited tmpfs) in its own namespaces and starts bubblewrap: the
+rollout runs as an unprivileged uid in a user namespace, with no capability, a seccomp filter and a
+minimal root holding only the interpreter and the agent's files. The launcher serves the agent's tool
+calls and builds the trajectory from what it served and what the keeper finds in the fork. ``runner``
+is the Kubernetes rollout pod's inside.
 """

@@ -1,62 +1,106 @@
-"""The sandbox's outside: start the runner isolated, enforce the timeout.
+"""The sandbox's outside: start a rollout in bubblewrap, serve its tools, build its rollout from trusted evidence.
 
-Isolation, best the OS allows, probed once per process:
-- as root: ``unshare --mount --net --pid`` (private mounts, no network, a
-  fresh ``/proc`` that shows no process outside the sandbox, so no other
-  process's environment), the fork an overlay mounted inside, and every
-  other mount made read-only there;
-- otherwise, where user namespaces are enabled: the same in a user namespace;
-- otherwise: a plain subprocess, a plain-copy fork, and metadata that says so.
+A rollout attempt, whatever the caller's uid:
+- a *keeper* (``keeper.py``, trusted) makes its own user and mount namespaces; this process writes their
+  maps (as root: a fresh unprivileged host uid per attempt, so ``RLIMIT_NPROC`` is the attempt's own;
+  otherwise the caller's uid). In its private mount namespace the keeper mounts the fork (an overlay of
+  the sealed world whose upper dir is a size-limited tmpfs) and the read-only runtime files;
+- bubblewrap (``bwrap``) then pivots into a minimal root (the interpreter, its shared libraries, the
+  standard library without site-packages, the agent's own files under ``/app``, the fork as ``/fork``):
+  a new user namespace, uid 1000, no capabilities, ``no_new_privs``, new pid/net/ipc/uts/cgroup
+  namespaces, a new session, the seccomp filter of :mod:`rl_assets.sandbox.seccomp`, the rlimits of
+  :class:`~rl_assets.sandbox.limits.Limits`, a cgroup where one can be made;
+- the agent reads documents by asking this process over a pipe, which records each turn itself; its
+  output is capped and read incrementally, and is never a result. The trajectory is the turns served
+  here plus what the keeper finds in the fork after the sandbox exited (the files written,
+  ``answer.txt``), every field capped.
 
-The runner gets ``PR_SET_PDEATHSIG`` and its own process group, so a timeout,
-or the death of the step process, kills the whole sandbox: no orphans.
+Only where user namespaces are unavailable does it run a plain process on a plain copy (``isolation()``
+says so, and the materialization metadata with it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import json
 import os
+import re
+import secrets
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import rl_assets
 from rl_assets.domain.agent import Rollout
+from rl_assets.domain.models import Turn
+from rl_assets.domain.reference_policy import DOCS_DIR, SECRET_MARKER
+from rl_assets.sandbox import keeper, seccomp
+from rl_assets.sandbox.limits import AttemptCgroup, Limits
 from rl_assets.sandbox.protocol import EXIT_FAULT, RESULT_MARKER, SandboxFault, SandboxRequest
 
+BWRAP_INSTALL = "apt-get install -y bubblewrap"
+SANDBOX_UID = 1000
+"""The rollout's uid inside its user namespace."""
 _PR_SET_PDEATHSIG = 1
-_ISOLATIONS = (
-    ("namespaces", ["unshare", "--mount", "--net", "--pid", "--mount-proc", "--fork", "--kill-child"]),
-    (
-        "user-namespaces",
-        ["unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--mount-proc", "--fork", "--kill-child"],
-    ),
-)
+_PACKAGE = Path(rl_assets.__file__).parent
+DEFAULT_LIMITS = Limits()
+TOOLS_ONLY = (DOCS_DIR,)
+"""Fork directories hidden from the sandbox (an empty read-only tmpfs over them): the world's documents reach
+the agent only through its read tool, served and recorded here, so no answer can come from an unrecorded read."""
+_DOC_PATH = re.compile(rf"{DOCS_DIR}/doc_(\d+)\.txt")
 
 
 class SandboxTimeout(RuntimeError):
     """The rollout did not finish within its timeout and was killed."""
 
 
+class SandboxUnavailable(RuntimeError):
+    """The sandbox's tool is missing: one line naming the install command."""
+
+
 @dataclass(frozen=True)
 class Isolation:
     name: str
-    prefix: tuple[str, ...]
+    """``bwrap`` (the boundary described above) or ``none`` (a plain process: no user namespaces here)."""
     overlay: bool
-    """Whether an overlay can be mounted inside the sandbox (O(1) forks)."""
+    """Whether forks are overlays (O(1) in world size) rather than plain copies."""
+    prefix: tuple[str, ...]
+    """A command prefix giving a bare process user, mount, network and pid namespaces (benchmarks time it)."""
 
     @property
     def network_isolated(self) -> bool:
-        return "--net" in self.prefix
+        return self.name == "bwrap"
 
-    @property
-    def confines_writes(self) -> bool:
-        """Whether the runner gets its own mount and pid namespaces, where it can make mounts read-only."""
-        return "--pid" in self.prefix and "--mount" in self.prefix
+
+@dataclass(frozen=True)
+class AgentProgram:
+    """What a rollout runs: its files, bound read-only under ``/app``, and the one it starts."""
+
+    files: tuple[tuple[str, str], ...]
+    """(host path, path under ``/app``)."""
+    entry: str = "main.py"
+    interpreter: str = sys.executable
+    """Any Python 3.11+: the agent and the keeper use only the standard library."""
+
+
+REFERENCE_AGENT = AgentProgram(
+    files=(
+        (str(_PACKAGE / "sandbox" / "reference_agent.py"), "main.py"),
+        (str(_PACKAGE / "__init__.py"), "rl_assets/__init__.py"),
+        (str(_PACKAGE / "domain" / "__init__.py"), "rl_assets/domain/__init__.py"),
+        (str(_PACKAGE / "domain" / "seeding.py"), "rl_assets/domain/seeding.py"),
+        (str(_PACKAGE / "domain" / "reference_policy.py"), "rl_assets/domain/reference_policy.py"),
+    )
+)
+"""The reference agent and the only modules it imports: not the world's secret, the verifier or the judge."""
 
 
 def _die_with_parent() -> None:
@@ -66,59 +110,350 @@ def _die_with_parent() -> None:
 
 @functools.cache
 def isolation() -> Isolation:
-    """The strongest isolation this machine grants (probed with a real overlay mount)."""
-    if shutil.which("unshare"):
-        for name, prefix in _ISOLATIONS:
-            with tempfile.TemporaryDirectory() as tmp:
-                dirs = [Path(tmp, d) for d in ("lower", "upper", "work", "merged")]
-                for d in dirs:
-                    d.mkdir()
-                opts = f"lowerdir={dirs[0]},upperdir={dirs[1]},workdir={dirs[2]}"
-                probe = subprocess.run(
-                    [*prefix, "mount", "-t", "overlay", "overlay", "-o", opts, str(dirs[3])],
-                    capture_output=True,
-                )
-                if probe.returncode == 0:
-                    return Isolation(name, tuple(prefix), overlay=True)
-                plain = subprocess.run([*prefix, "true"], capture_output=True)
-                if plain.returncode == 0:
-                    return Isolation(name, tuple(prefix), overlay=False)
-    return Isolation("none", (), overlay=False)
-
-
-def sandbox_env() -> dict[str, str]:
-    """The sandbox's whole environment: nothing of the parent's (no judge key, no database password)."""
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path),
-    }
-
-
-def run_sandbox(request: SandboxRequest, timeout_s: float) -> Rollout:
-    """Run one rollout attempt; raises SandboxFault, SandboxTimeout or RuntimeError."""
-    cmd = [*isolation().prefix, sys.executable, "-m", "rl_assets.sandbox.runner"]
-    request = request.model_copy(update={"confine_writes": isolation().confines_writes})
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=sandbox_env(),
-        cwd=request.fork.merged if request.fork.kind == "copy" else "/",
-        preexec_fn=_die_with_parent,
+    """The sandbox this machine grants; raises :class:`SandboxUnavailable` if bubblewrap is not installed."""
+    if shutil.which("bwrap") is None:
+        raise SandboxUnavailable(f"bubblewrap (bwrap) is required for rollout sandboxes: {BWRAP_INSTALL}")
+    probe = subprocess.run(
+        ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "true"],
+        capture_output=True,
     )
+    prefix = ("unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child")
+    if probe.returncode == 0:
+        return Isolation("bwrap", overlay=True, prefix=prefix)
+    return Isolation("none", overlay=False, prefix=())
+
+
+def sandbox_description() -> str:
+    """One line for metadata: the boundary and which limits apply on this machine."""
+    iso = isolation()
+    if iso.name != "bwrap":
+        return "none: plain process, plain-copy fork, no user namespaces on this machine"
+    cgroup = AttemptCgroup.available()
+    where = f"cgroup {', '.join(cgroup)}" if cgroup else "no writable cgroup (rlimits only)"
+    return f"bwrap: userns uid {SANDBOX_UID}, no capabilities, seccomp, pivot_root; {where}"
+
+
+_SYSCONFIG = (
+    "import json, sysconfig; print(json.dumps([sysconfig.get_path(k) for k in "
+    "('stdlib', 'platstdlib', 'purelib', 'platlib')]))"
+)
+
+
+@functools.cache
+def _runtime(interpreter: str) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], str]:
+    """(binds, hidden dirs, interpreter): the interpreter, its shared libraries and stdlib, no site-packages."""
+    interpreter = os.path.realpath(interpreter)
+    binds = {interpreter: interpreter}
+    paths = json.loads(
+        subprocess.run([interpreter, "-I", "-S", "-c", _SYSCONFIG], capture_output=True, check=True).stdout
+    )
+    extensions = sorted(str(p) for p in Path(paths[1], "lib-dynload").glob("*.so"))
+    ldd = subprocess.run(["ldd", interpreter, *extensions], capture_output=True, text=True).stdout
+    for line in ldd.splitlines():  # the shared libraries of the interpreter and of the stdlib's extension modules
+        match = re.search(r"(?:=>\s*)?(/\S+)\s+\(0x", line)
+        if match:
+            binds[match.group(1)] = os.path.realpath(match.group(1))
+    hidden: list[str] = []
+    for stdlib in dict.fromkeys(paths[:2]):
+        binds[stdlib] = os.path.realpath(stdlib)
+        for site in (*paths[2:], os.path.join(stdlib, "site-packages")):
+            if site.startswith(stdlib + os.sep) and os.path.isdir(site) and site not in hidden:
+                hidden.append(site)
+    return tuple((source, dest) for dest, source in binds.items()), tuple(hidden), interpreter
+
+
+def _write_maps(pid: int, sandbox_host_uid: int | None) -> None:
+    """The keeper's uid and gid maps: as root, 0 and a fresh unprivileged uid; otherwise the caller alone, as 0."""
+    if sandbox_host_uid is not None:
+        for kind in ("uid_map", "gid_map"):
+            Path(f"/proc/{pid}/{kind}").write_text(f"0 0 1\n{SANDBOX_UID} {sandbox_host_uid} 1\n")
+        return
+    Path(f"/proc/{pid}/setgroups").write_text("deny")
+    Path(f"/proc/{pid}/uid_map").write_text(f"0 {os.geteuid()} 1\n")
+    Path(f"/proc/{pid}/gid_map").write_text(f"0 {os.getegid()} 1\n")
+
+
+def run_sandbox(
+    request: SandboxRequest, timeout_s: float, program: AgentProgram = REFERENCE_AGENT, limits: Limits = DEFAULT_LIMITS
+) -> Rollout:
+    """Run one rollout attempt; raises SandboxFault, SandboxTimeout or RuntimeError (all: this trial fails)."""
+    attempt = _Attempt(request, program, limits, timeout_s)
     try:
-        out, err = proc.communicate(request.model_dump_json(), timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise SandboxTimeout(f"rollout of {request.spec.trial_id} exceeded {timeout_s}s and was killed") from None
-    return rollout_from_output(proc.returncode, out, err)
+        return attempt.run()
+    finally:
+        attempt.close()
+
+
+class _Attempt:
+    """One sandbox run: its processes, pipes and cgroup, and the turns this side has served."""
+
+    def __init__(self, request: SandboxRequest, program: AgentProgram, limits: Limits, timeout_s: float) -> None:
+        self.request, self.program, self.limits, self.timeout_s = request, program, limits, timeout_s
+        self.deadline = time.monotonic() + timeout_s
+        self.turns: list[Turn] = []
+        self.output = bytearray()
+        self.output_total = 0
+        self.proc: subprocess.Popen | None = None
+        self.cgroup: AttemptCgroup | None = None
+        self.scratch: str | None = None
+        self.fds: list[int] = []
+
+    # -- the two ways to start -------------------------------------------------------------------
+
+    def run(self) -> Rollout:
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        self.fds = [req_r, rep_w, out_r]
+        task = json.dumps(
+            {
+                "trial_id": self.request.spec.trial_id,
+                "max_turns": self.request.spec.max_turns,
+                "prior": self.request.prior,
+                "fail_below": self.request.fail_below,
+                "hang": self.request.hang,
+            }
+        )
+        if isolation().name == "bwrap":
+            report = self._run_bwrap(task, req_w, rep_r, out_w, req_r, rep_w, out_r)
+        else:
+            report = self._run_plain(task, req_w, rep_r, out_w, req_r, rep_w, out_r)
+        return self._rollout(report)
+
+    def _run_bwrap(self, task: str, req_w: int, rep_r: int, out_w: int, *ours: int) -> dict:
+        fork = self.request.fork
+        base = Path(fork.upper).parent / "sandbox"
+        for d in keeper.SANDBOX_DIRS:
+            (base / d).mkdir(parents=True, exist_ok=True)
+        binds, hidden, interpreter = _runtime(self.program.interpreter)
+        app = [(source, f"/app/{rel}") for source, rel in self.program.files]
+        sec = seccomp.filter_fd()
+        root = os.geteuid() == 0
+        host_uid = (1 << 20) + secrets.randbelow(1 << 29) if root else None
+        in_keeper_uid = SANDBOX_UID if root else 0
+        config = {
+            "base": str(base),
+            "overlay": fork.kind == "overlay",
+            "lower": fork.lower,
+            "merged": fork.merged,
+            "quota_bytes": self.limits.fork_bytes,
+            "answer_cap": self.limits.answer_chars,
+            "max_files": self.limits.files_written,
+            "sandbox_uid": in_keeper_uid,
+            "bwrap_uid": in_keeper_uid,
+            "binds": [list(b) for b in (*binds, *app)],
+            "hidden": list(hidden),
+            "tools_only": list(TOOLS_ONLY),
+            "fds": {"requests": req_w, "replies": rep_r, "output": out_w, "seccomp": sec},
+            "rlimits": self.limits.rlimits(self.timeout_s),
+            "task": task,
+            "bwrap": [
+                "bwrap",
+                "--unshare-all",
+                "--unshare-user",
+                "--disable-userns",
+                "--uid",
+                str(SANDBOX_UID),
+                "--gid",
+                str(SANDBOX_UID),
+                "--hostname",
+                "rollout",
+                "--cap-drop",
+                "ALL",
+                "--new-session",
+                "--die-with-parent",
+                "--clearenv",
+                "--setenv",
+                "PATH",
+                "/usr/bin",
+                "--seccomp",
+                "5",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+            ],  # fmt: skip
+            "command": [interpreter, "-S", "-E", "-s", "-B", f"/app/{self.program.entry}"],
+        }
+        self.cgroup = AttemptCgroup(self.limits) if root else None
+        self.proc = subprocess.Popen(
+            [self.program.interpreter, "-I", "-S", keeper.__file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={},
+            cwd="/",
+            pass_fds=(req_w, rep_r, out_w, sec),
+            preexec_fn=_die_with_parent,
+        )
+        for fd in (req_w, rep_r, out_w, sec):
+            os.close(fd)
+        if self.cgroup is not None:
+            self.cgroup.add(self.proc.pid)
+        first = self.proc.stdout.readline()
+        if first.strip() != b"unshared":
+            raise RuntimeError(f"sandbox keeper failed to start: {first[:500].decode(errors='replace').strip()}")
+        _write_maps(self.proc.pid, host_uid)
+        self.proc.stdin.write(json.dumps(config).encode() + b"\n")
+        self.proc.stdin.flush()
+        return self._serve(self.proc.stdout.fileno())
+
+    def _run_plain(self, task: str, req_w: int, rep_r: int, out_w: int, *ours: int) -> dict:
+        """No user namespaces: the agent as a plain process on a plain copy (metadata says ``fork: copy``)."""
+        fork = self.request.fork
+        self.scratch = tempfile.mkdtemp(prefix="rl-assets-app-")
+        for source, rel in self.program.files:
+            Path(self.scratch, rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, Path(self.scratch, rel))
+
+        def child() -> None:
+            _die_with_parent()
+            for target, fd in zip(
+                (3, 4, 1, 2), (os.dup(req_w), os.dup(rep_r), os.dup(out_w), os.dup(out_w)), strict=True
+            ):
+                os.dup2(fd, target)
+
+        self.proc = subprocess.Popen(
+            [self.program.interpreter, "-S", "-E", "-s", "-B", str(Path(self.scratch, self.program.entry))],
+            stdin=subprocess.PIPE,
+            env={},
+            cwd=fork.merged,
+            pass_fds=(3, 4),
+            preexec_fn=child,
+        )
+        for fd in (req_w, rep_r, out_w):
+            os.close(fd)
+        self.proc.stdin.write(task.encode() + b"\n")
+        self.proc.stdin.close()
+        self._serve(None)
+        config = {
+            "overlay": False,
+            "merged": fork.merged,
+            "lower": fork.lower,
+            "answer_cap": self.limits.answer_chars,
+            "max_files": self.limits.files_written,
+        }
+        return {"exit": self.proc.wait(), "files": keeper.written_files(config), "answer": keeper.read_answer(config)}
+
+    # -- while it runs ---------------------------------------------------------------------------
+
+    def _serve(self, report_fd: int | None) -> dict:
+        """Serve tool calls and drain output until the keeper's report (or the plain process's exit)."""
+        req_r, rep_w, out_r = self.fds
+        sel = selectors.DefaultSelector()
+        sel.register(req_r, selectors.EVENT_READ, "requests")
+        sel.register(out_r, selectors.EVENT_READ, "output")
+        if report_fd is not None:
+            sel.register(report_fd, selectors.EVENT_READ, "report")
+        pending = bytearray()
+        report = bytearray()
+        while sel.get_map():
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise SandboxTimeout(
+                    f"rollout of {self.request.spec.trial_id} exceeded {self.timeout_s}s and was killed"
+                )
+            for key, _ in sel.select(timeout=left):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fd)
+                elif key.data == "output":
+                    self.output_total += len(chunk)
+                    if self.output_total > self.limits.output_bytes:
+                        raise RuntimeError(f"sandbox printed more than {self.limits.output_bytes} bytes; killed")
+                    self.output += chunk
+                elif key.data == "report":
+                    report += chunk
+                    if len(report) > 1 << 20:
+                        raise RuntimeError("sandbox keeper report too large")
+                else:
+                    pending += chunk
+                    while b"\n" in pending:
+                        line, _, rest = pending.partition(b"\n")
+                        pending = bytearray(rest)
+                        self._reply(rep_w, self._tool(line))
+                    if len(pending) > self.limits.tool_request_bytes:
+                        raise RuntimeError("sandbox sent a tool request over the size limit")
+            if report_fd is None and self.proc.poll() is not None and "requests" not in _names(sel):
+                break
+        if report_fd is None:
+            return {}
+        try:
+            return json.loads(report)
+        except ValueError:
+            raise RuntimeError("sandbox keeper died without a report") from None
+
+    def _tool(self, line: bytes) -> dict:
+        """One tool call, recorded here (the trusted side): a read of one of the world's documents."""
+        try:
+            path = json.loads(line)["read"]
+        except (ValueError, KeyError, TypeError):
+            return {"error": "malformed tool request"}
+        match = _DOC_PATH.fullmatch(path) if isinstance(path, str) else None
+        if match is None or int(match.group(1)) >= len(self.request.prior):
+            return {"error": f"no such document: {str(path)[:100]!r}"}
+        if len(self.turns) >= self.request.spec.max_turns:
+            return {"error": "turn budget spent"}
+        if self.request.tool_latency_s:
+            time.sleep(self.request.tool_latency_s)
+        text = (Path(self.request.fork.lower) / path).read_text(encoding="utf-8")
+        self.turns.append(Turn(doc=int(match.group(1)), found=SECRET_MARKER in text))
+        return {"text": text}
+
+    def _reply(self, fd: int, reply: dict) -> None:
+        try:
+            os.write(fd, json.dumps(reply).encode() + b"\n")
+        except BrokenPipeError:
+            pass
+
+    # -- after -----------------------------------------------------------------------------------
+
+    def _rollout(self, report: dict) -> Rollout:
+        """The rollout from trusted evidence only: the turns served here and the keeper's look at the fork."""
+        tail = self.output[-2000:].decode(errors="replace").strip()
+        if "error" in report:
+            raise RuntimeError(f"sandbox failed: {report['error']}")
+        if report.get("exit") == EXIT_FAULT:
+            raise SandboxFault(tail)
+        if report.get("exit") != 0:
+            raise RuntimeError(f"sandbox exited {report.get('exit')}: {tail[-500:]}")
+        files, answer = report["files"], report["answer"] or ""
+        cap = self.limits
+        if len(files) > cap.files_written or any(len(f) > cap.path_chars for f in files):
+            raise RuntimeError(f"rollout wrote more than {cap.files_written} files or a path over {cap.path_chars}")
+        if len(answer) > cap.answer_chars:
+            raise RuntimeError(f"rollout's answer.txt is over {cap.answer_chars} characters")
+        return Rollout(turns=self.turns, answer=answer, files_written=files)
+
+    def close(self) -> None:
+        """Kill whatever is left of the attempt (its process group, its cgroup) and release its pipes."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)  # the keeper kills bubblewrap and reaps the whole sandbox
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=5)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        if self.cgroup is not None:
+            self.cgroup.kill_and_remove()
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _names(sel: selectors.BaseSelector) -> set[str]:
+    return {key.data for key in sel.get_map().values()}
 
 
 def rollout_from_output(exit_code: int | None, out: str, err: str) -> Rollout:
-    """The runner's rollout from what it printed, wherever it ran (a local process or a pod)."""
+    """A Kubernetes rollout pod's rollout, from the result line its runner printed (that path's own contract)."""
     if exit_code == EXIT_FAULT:
         raise SandboxFault(err.strip())
     for line in out.splitlines():

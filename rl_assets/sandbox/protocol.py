@@ -34,8 +34,6 @@ class SandboxRequest(BaseModel):
     """Inject a sandbox fault when the trial's fault draw is below this."""
     hang: bool = False
     """Inject a hang: the runner never returns, and its timeout must kill it."""
-    confine_writes: bool = False
-    """The runner is pid 1 of its own mount and pid namespaces: it makes every mount but the fork read-only."""
 
 
 class SandboxFault(RuntimeError):

@@ -1,0 +1,219 @@
+"""The sandbox's keeper: trusted, outside the sandbox, holds the fork while the rollout runs and reads it after.
+
+Run as ``python -I -S keeper.py`` (standard library only) by the launcher, which writes this process's
+uid and gid maps after it has made its own user and mount namespaces. As root of those (and of nothing
+else) it mounts, in its private mount namespace only, a size-limited tmpfs for the overlay's upper and
+work dirs (a full fork fails that trial, not the host's disk), the overlay of the sealed world, and the
+read-only runtime files, then starts bubblewrap, which pivots into the minimal tree as an unprivileged
+uid with no capability. When bubblewrap has exited it reports the trusted evidence (exit status, the
+files written, ``answer.txt``) on its stdout and exits; its mounts vanish with its namespace, even on
+SIGKILL. The launcher sends one JSON config line and reads one JSON report line.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import stat
+import subprocess
+import sys
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_NOSUID, _MS_NODEV, _MS_MOVE, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x2000, 0x1000, 0x4000, 0x40000
+SANDBOX_DIRS = ("quota", "stage")
+STAGE_POINT = "/tmp"
+"""Where the staged tree is moved, in the keeper's mount namespace only: a directory any uid can traverse,
+whatever the modes of the home's or the interpreter's parents (bubblewrap resolves sources as the rollout's uid)."""
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    args = (
+        source.encode(),
+        target.encode(),
+        fstype.encode() if fstype else None,
+        flags,
+        data.encode() if data else None,
+    )
+    if _LIBC.mount(*args):
+        raise OSError(ctypes.get_errno(), f"mount {fstype or 'bind'} on {target}: {os.strerror(ctypes.get_errno())}")
+
+
+def _stage(base: str, binds: list[list[str]]) -> list[str]:
+    """Bind each runtime source under ``base/stage``, readable by the sandbox's uid whatever its parents' modes."""
+    stage = os.path.join(base, "stage")
+    args = []
+    for i, (source, dest) in enumerate(binds):
+        point = os.path.join(stage, f"r{i}")
+        if os.path.isdir(source):
+            os.mkdir(point)
+        else:
+            open(point, "x").close()
+        _mount(source, point, None, _MS_BIND | _MS_REC)
+        args += ["--ro-bind", os.path.join(STAGE_POINT, f"r{i}"), dest]
+    return args
+
+
+def _fork(config: dict, uid: int) -> None:
+    """The fork, mounted at ``base/stage/fork``: an overlay whose writes land on the quota tmpfs, or the copy."""
+    base = config["base"]
+    point = os.path.join(base, "stage", "fork")
+    os.mkdir(point)
+    if config["overlay"]:
+        quota = os.path.join(base, "quota")
+        _mount(
+            "rl-assets-fork",
+            quota,
+            "tmpfs",
+            _MS_NOSUID | _MS_NODEV,
+            f"size={config['quota_bytes']},nr_inodes=4096,mode=0755",
+        )
+        for d in ("upper", "work"):
+            os.mkdir(os.path.join(quota, d))
+            os.chown(os.path.join(quota, d), uid, uid)
+        options = f"lowerdir={config['lower']},upperdir={quota}/upper,workdir={quota}/work,userxattr"
+        _mount("rl-assets-fork", point, "overlay", _MS_NOSUID | _MS_NODEV, options)
+    else:
+        for root, dirs, files in os.walk(config["merged"]):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(root, name), uid, uid)
+        os.lchown(config["merged"], uid, uid)
+        _mount(config["merged"], point, None, _MS_BIND)
+
+
+def _evidence_root(config: dict) -> str:
+    """The upper dir (overlay) or the copy, as given by :func:`_hold`."""
+    return config["upper"] if config["overlay"] else config["merged"]
+
+
+def _hold(config: dict) -> None:
+    """Keep handles on the fork and the world before the stage hides ``/tmp`` (where a home may be)."""
+    for key, path in (
+        ("upper", os.path.join(config["base"], "quota", "upper")),
+        ("merged", config["merged"]),
+        ("lower", config["lower"]),
+    ):
+        if os.path.isdir(path):
+            config[key] = f"/proc/self/fd/{os.open(path, os.O_PATH | os.O_DIRECTORY)}"
+
+
+def written_files(config: dict) -> list[str]:
+    """Relative paths of the regular files the rollout wrote: the overlay's upper dir, or a copy's changes."""
+    root = _evidence_root(config)
+    if config["overlay"]:
+        changed = lambda rel: True  # noqa: E731 - everything in the upper dir was written by the rollout
+    else:
+
+        def changed(rel: str) -> bool:
+            original = os.path.join(config["lower"], rel)
+            if not os.path.isfile(original):
+                return True
+            with open(original, "rb") as a, open(os.path.join(root, rel), "rb") as b:
+                return a.read() != b.read(config["answer_cap"] * 64)
+
+    found = []
+    for top, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(top, name)
+            rel = os.path.relpath(path, root)
+            if stat.S_ISREG(os.lstat(path).st_mode) and changed(rel):
+                found.append(rel)
+                if len(found) > config["max_files"]:
+                    return found
+    return sorted(found)
+
+
+def read_answer(config: dict) -> str | None:
+    """``answer.txt`` as the rollout left it: a regular file, never followed through a link, at most cap + 1 bytes."""
+    root = _evidence_root(config)
+    try:
+        fd = os.open(os.path.join(root, "answer.txt"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except (FileNotFoundError, OSError):
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        return f.read(config["answer_cap"] + 1).decode("utf-8", errors="replace")
+
+
+def _limit(config: dict) -> None:
+    """In bubblewrap's process, before exec: the fds the sandbox gets, and its resource limits."""
+    fds = config["fds"]
+    moved = [os.dup(fd) for fd in (fds["requests"], fds["replies"], fds["output"], fds["seccomp"])]
+    for target, fd in zip((3, 4, 1, 5), moved, strict=True):
+        os.dup2(fd, target)
+    os.dup2(1, 2)
+    for name, value in config["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+
+
+def _reap_all() -> None:
+    """Wait for every descendant (this is their subreaper): bubblewrap's init, once reaped, leaves no process behind."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def main() -> int:
+    _LIBC.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if _LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNS):
+        print(json.dumps({"error": f"unshare: {os.strerror(ctypes.get_errno())}"}), flush=True)
+        return 1
+    print("unshared", flush=True)
+    config = json.loads(sys.stdin.readline())  # sent once the launcher has written our uid and gid maps
+    report: dict = {}
+    try:
+        _mount("none", "/", None, _MS_REC | _MS_PRIVATE)
+        base = config["base"]
+        _mount("rl-assets-stage", os.path.join(base, "stage"), "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
+        _fork(config, config["sandbox_uid"])
+        _hold(config)
+        argv = [*config["bwrap"], *_stage(base, config["binds"])]
+        _mount(os.path.join(base, "stage"), STAGE_POINT, None, _MS_MOVE)
+        for hidden in config["hidden"]:
+            argv += ["--tmpfs", hidden, "--remount-ro", hidden]
+        argv += ["--bind", os.path.join(STAGE_POINT, "fork"), "/fork"]
+        for tool_only in config["tools_only"]:  # reachable only through the harness's recorded tool calls
+            argv += ["--tmpfs", f"/fork/{tool_only}", "--remount-ro", f"/fork/{tool_only}"]
+        argv += [
+            "--chdir",
+            "/fork",
+            "--remount-ro",
+            "/",
+            "--",
+            *config["command"],
+        ]
+        bwrap = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            user=config["bwrap_uid"],
+            group=config["bwrap_uid"],
+            extra_groups=[] if config["bwrap_uid"] else None,
+            preexec_fn=lambda: _limit(config),
+            pass_fds=(1, 3, 4, 5),
+        )
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(bwrap.pid, signal.SIGKILL))  # the launcher's "stop now"
+        for fd in config["fds"].values():
+            os.close(fd)
+        bwrap.stdin.write(config["task"].encode() + b"\n")
+        bwrap.stdin.close()
+        report["exit"] = bwrap.wait()
+        _reap_all()
+        report["files"] = written_files(config)
+        report["answer"] = read_answer(config)
+    except Exception as err:  # reported, and the launcher fails the trial with it
+        report["error"] = f"{type(err).__name__}: {err}"
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""Hostile rollouts through the real sandbox: each case is a real escape attempt that fails this test if it works.
+
+The hostile code (``tests/hostile/attacks.py``) runs *as the rollout*: launched by the same launcher, in
+the same bubblewrap sandbox, keeper and limits as the reference agent, with the reference agent's own
+files beside it. Each case then checks from outside: the host is untouched, the trial failed or was
+scored on trusted evidence only, Postgres answers and its ledgers are unchanged, and no process or
+mount of the attempt is left. Every case runs twice: launched by root, and launched by a child process
+that dropped to ``nobody`` (no cgroup then: the rlimits and the user namespace hold alone).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import resource
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rl_assets.domain.agent import Rollout
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.models import Rubric, Trajectory, Turn
+from rl_assets.domain.rubrics import BUILTIN_RUBRICS
+from rl_assets.domain.scoring import reward_of, simulated_judge
+from rl_assets.domain.world import world_secret
+from rl_assets.home import Home
+from rl_assets.resources.stores import Stores
+from rl_assets.sandbox.launcher import REFERENCE_AGENT, AgentProgram, SandboxTimeout, isolation, run_sandbox
+from rl_assets.sandbox.limits import CGROUP_ROOT, Limits
+from rl_assets.sandbox.protocol import RESULT_MARKER, SandboxRequest
+from rl_assets.services.postgres import PostgresInfo
+from rl_assets.worlds import LocalWorlds
+
+SPEC = ExperimentConfig(name="attack").trials(0)[0]
+HOSTILE = Path(__file__).parent / "hostile" / "attacks.py"
+NOBODY = 65534
+UNPRIVILEGED_PYTHON = "/usr/bin/python3.11"
+"""The launcher's interpreter for the unprivileged caller: root's pyenv under /root is not reachable by nobody."""
+LEDGERS = ("rl_experiments", "rl_generation_attempts", "rl_verdicts", "rl_judge_calls")
+
+
+@dataclass
+class Outcome:
+    rollout: Rollout | None
+    error: str | None
+    """``TypeName: message`` of the exception that failed the trial."""
+    seconds: float
+
+    @property
+    def seen(self) -> dict:
+        """What the hostile rollout observed inside (it writes that into ``answer.txt``)."""
+        assert self.rollout is not None, f"the trial failed: {self.error}"
+        return json.loads(self.rollout.answer)
+
+
+def _hostile(workdir: Path, attack: str, params: dict, interpreter: str) -> AgentProgram:
+    spec = workdir / "attack.json"
+    spec.write_text(json.dumps({"name": attack, "params": params}))
+    spec.chmod(0o644)
+    files = tuple(f for f in REFERENCE_AGENT.files if f[1] != "main.py")
+    return AgentProgram(files=((str(HOSTILE), "main.py"), (str(spec), "attack.json"), *files), interpreter=interpreter)
+
+
+def _launch(worlds: LocalWorlds, program: AgentProgram, limits: Limits, timeout_s: float) -> Outcome:
+    start = time.monotonic()
+    try:
+        with worlds.fork("w0", "hostile", "a0", overlay=True) as fork:
+            rollout = run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork), timeout_s, program, limits)
+        return Outcome(rollout, None, time.monotonic() - start)
+    except Exception as err:  # the trial failed: what matters is that nothing escaped
+        return Outcome(None, f"{type(err).__name__}: {err}", time.monotonic() - start)
+
+
+def _as_nobody(worlds: LocalWorlds, program: AgentProgram, limits: Limits, timeout_s: float, conn) -> None:
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    outcome = _launch(worlds, program, limits, timeout_s)
+    conn.send((outcome.rollout.model_dump_json() if outcome.rollout else None, outcome.error, outcome.seconds))
+    conn.close()
+
+
+@pytest.fixture(params=["root", "nobody"])
+def caller(request) -> str:
+    if os.geteuid() != 0:
+        pytest.fail("the matrix launches as root and as nobody: run it as root")
+    if isolation().name != "bwrap":
+        pytest.fail(f"isolation {isolation().name!r}: no user namespaces for the sandbox on this machine")
+    return request.param
+
+
+@pytest.fixture
+def arena(caller: str) -> Iterator[Path]:
+    """A world-traversable directory for the world (built by root) and the forks (owned by the caller)."""
+    root = Path(tempfile.mkdtemp(prefix="rl-assets-attack-", dir="/tmp"))
+    root.chmod(0o755)
+    worlds = LocalWorlds(root / "worlds", root / "forks")
+    worlds.ensure_built("w0")
+    worlds.forks_root.mkdir()
+    if caller == "nobody":
+        os.chown(worlds.forks_root, NOBODY, NOBODY)
+    yield root
+    subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def _ledger_counts(stores: Stores) -> dict[str, int]:
+    """Postgres answers, and how many rows each ledger holds."""
+    assert stores.db.scalar("SELECT 1") == 1
+    return {table: stores.db.scalar(f"SELECT count(*) FROM {table}") for table in LEDGERS}  # noqa: S608
+
+
+def _sandbox_processes(known: set[str]) -> set[int]:
+    """Processes of a sandbox's uids (a fresh one >= 2**20 per attempt as root; nobody) in a new user namespace."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            userns = os.readlink(f"/proc/{pid}/ns/user")
+            uid = os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            continue
+        if userns not in known and (uid >= 1 << 20 or uid == NOBODY):
+            found.add(int(pid))
+    return found
+
+
+def _user_namespaces() -> set[str]:
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            found.add(os.readlink(f"/proc/{pid}/ns/user"))
+        except OSError:
+            pass
+    return found
+
+
+def _mounts() -> set[str]:
+    return {" ".join(line.split()[3:5]) for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+
+
+def _attempt_cgroups() -> list[Path]:
+    return [p for c in ("pids", "memory", "cpu", "unified") for p in (CGROUP_ROOT / c).glob("rl-assets-*")]
+
+
+@pytest.fixture
+def attack(caller: str, arena: Path, home: Path, stores: Stores) -> Callable[..., Outcome]:
+    """Run a hostile rollout through the real launcher; afterwards check that it left nothing and harmed nothing."""
+    worlds = LocalWorlds(arena / "worlds", arena / "forks")
+    ledgers, namespaces, mounts = _ledger_counts(stores), _user_namespaces(), _mounts()
+
+    def run(name: str, params: dict, limits: Limits | None = None, timeout_s: float = 30) -> Outcome:
+        limits = limits or Limits()
+        interpreter = UNPRIVILEGED_PYTHON if caller == "nobody" else REFERENCE_AGENT.interpreter
+        program = _hostile(arena, name, params, interpreter)
+        if caller == "root":
+            return _launch(worlds, program, limits, timeout_s)
+        ctx = multiprocessing.get_context("fork")
+        ours, theirs = ctx.Pipe()
+        child = ctx.Process(target=_as_nobody, args=(worlds, program, limits, timeout_s, theirs))
+        child.start()
+        assert ours.poll(timeout_s + 60), "the unprivileged launcher did not answer"
+        rollout, error, seconds = ours.recv()
+        child.join(10)
+        return Outcome(Rollout.model_validate_json(rollout) if rollout else None, error, seconds)
+
+    yield run
+    assert _ledger_counts(stores) == ledgers, "Postgres answers and its ledgers are unchanged"
+    assert _sandbox_processes(namespaces) == set(), "no process of the attempt is left"
+    assert _mounts() == mounts, "no mount of the attempt is left on the host"
+    assert not any("rl-assets-fork" in m for m in _mounts())
+    assert _attempt_cgroups() == [], "the attempt's cgroups are removed"
+    assert list((arena / "forks").iterdir()) == [], "the fork is removed"
+
+
+def _host_targets(arena: Path, home: Path) -> dict[str, Path]:
+    return {
+        "world": arena / "worlds" / "w0" / "docs" / "escaped.txt",
+        "home": home / "escaped.txt",
+        "tmp": Path("/tmp/rl-assets-escaped.txt"),
+        "root": Path("/rl-assets-escaped.txt"),
+    }
+
+
+def _assert_nothing_written(targets: dict[str, Path]) -> None:
+    written = {k: str(p) for k, p in targets.items() if p.exists()}
+    assert written == {}, f"the rollout wrote outside its fork: {written}"
+
+
+def test_clearing_read_only_with_mount_setattr_is_refused(attack, arena, home):
+    targets = _host_targets(arena, home)
+    out = attack("mount_setattr", {"targets": [str(p) for p in targets.values()]})
+    assert out.seen["mount_setattr"] == "EPERM"
+    assert "written" not in out.seen["writes"].values()
+    _assert_nothing_written(targets)
+
+
+def test_remounting_is_refused(attack, arena, home):
+    targets = _host_targets(arena, home)
+    out = attack("remount", {"targets": [str(p) for p in targets.values()]})
+    assert (out.seen["remount_rw"], out.seen["tmpfs"], out.seen["umount"]) == ("EPERM", "EPERM", "EPERM")
+    _assert_nothing_written(targets)
+
+
+def test_writes_outside_the_fork_fail(attack, arena, home):
+    targets = _host_targets(arena, home)
+    inside = ["/app/main.py", "/usr/escaped", "/escaped", "/proc/sys/kernel/hostname"]
+    out = attack("write_outside", {"targets": [*map(str, targets.values()), *inside]})
+    assert "written" not in out.seen["writes"].values(), out.seen
+    _assert_nothing_written(targets)
+    assert HOSTILE.read_text().startswith('"""A hostile rollout')
+
+
+def test_the_world_is_read_only_through_the_recorded_tool(attack):
+    """Reading the documents straight from the fork would give an answer with no recorded turn: refused."""
+    files = [f"/fork/docs/doc_{i}.txt" for i in range(8)] + [f"docs/doc_{i}.txt" for i in range(8)]
+    out = attack("read_world_directly", {"files": files})
+    assert out.seen["listing"] == [] and all(not r.startswith("read:") for r in out.seen["reads"].values())
+    assert out.rollout.turns == []
+
+
+def test_secrets_of_the_home_are_not_visible(attack, home):
+    private = home / "private-0600.txt"
+    private.write_text("home-secret-do-not-leak")
+    private.chmod(0o600)
+    password_file = home / "services" / "postgres.password"
+    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+    files = [str(password_file), str(private), "/etc/shadow", f"/proc/{os.getpid()}/environ"]
+    out = attack("read_secrets", {"files": files})
+    assert all(not r.startswith("read:") for r in out.seen["reads"].values()), out.seen
+    assert PostgresInfo.from_env().password not in out.rollout.answer
+    private.unlink()
+
+
+def test_postgres_and_ray_are_unreachable_by_tcp(attack, home):
+    pg_port = PostgresInfo.from_env().port
+    ray_port = int((home / "services" / "ray.address").read_text().strip().rsplit(":", 1)[1])
+    out = attack("connect_tcp", {"ports": [pg_port, ray_port, 10001]})
+    assert set(out.seen["connect"].values()) == {"ECONNREFUSED"}, out.seen
+
+
+def test_postgres_and_ray_are_unreachable_by_their_unix_sockets(attack, home):
+    sockets = [str(p) for p in Home(home).runtime.rglob("*") if p.is_socket()]
+    assert any(".s.PGSQL" in s for s in sockets) and any("raylet" in s for s in sockets), sockets
+    out = attack("connect_unix", {"sockets": sockets})
+    assert set(out.seen["connect"].values()) == {"ENOENT"}, out.seen
+
+
+def test_ptrace_of_a_host_process_is_refused(attack):
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        out = attack("ptrace", {"pid": victim.pid})
+        assert out.seen["ptrace"] == "EPERM" and out.seen["ptrace_self_child"] == "EPERM"
+        assert out.seen["kill"] == "ESRCH" and out.seen["proc_visible"] is False
+        assert victim.poll() is None, "the host process is alive"
+        assert "TracerPid:\t0" in Path(f"/proc/{victim.pid}/status").read_text()
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_creating_user_or_network_namespaces_is_refused(attack):
+    out = attack("namespaces", {})
+    assert out.seen == {
+        "user": "EPERM",
+        "net": "EPERM",
+        "mount": "EPERM",
+        "clone_newuser": "EPERM",
+        "clone3_newuser": "ENOSYS",
+    }
+
+
+def test_a_fork_bomb_is_bounded(attack, caller):
+    limits = Limits(pids=32)
+    out = attack("fork_bomb", {"tries": 5000}, limits=limits)
+    assert out.seen["error"] == "EAGAIN" and out.seen["forked"] < limits.pids, out.seen
+
+
+def test_writing_ten_times_the_fork_quota_fills_only_the_fork(attack):
+    limits = Limits(fork_bytes=8 << 20)
+    free_before = os.statvfs("/tmp").f_bavail * os.statvfs("/tmp").f_frsize
+    out = attack("fill_fork", {"mib": 80}, limits=limits)
+    assert out.seen["error"] == "ENOSPC" and out.seen["written_mib"] <= 8, out.seen
+    free_after = os.statvfs("/tmp").f_bavail * os.statvfs("/tmp").f_frsize
+    assert free_before - free_after < 64 << 20, "the host's disk did not take the writes"
+
+
+def test_a_gigabyte_on_stdout_is_capped_and_kills_the_trial(attack):
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = attack("print_flood", {"mib": 1024})
+    assert out.rollout is None and "printed more than" in out.error, out.error
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 64 << 10, "output is never buffered"
+    assert out.seconds < 20
+
+
+def test_a_forged_result_line_changes_nothing(attack):
+    _, secret = world_secret("w0")
+    forged = Rollout(turns=[Turn(doc=0, found=True)], answer=secret, files_written=["answer.txt"])
+    out = attack("forged_result", {"line": RESULT_MARKER + forged.model_dump_json()})
+    assert out.rollout is not None and out.rollout.turns == [], "turns are only what the harness served"
+    assert out.rollout.answer == "{}" and out.rollout != forged
+    trajectory = Trajectory(
+        trial_id=SPEC.trial_id, world_id="w0", world_hash="h", policy_version=0, policy_hash="p",
+        turns=out.rollout.turns, answer=out.rollout.answer, files_written=out.rollout.files_written,
+    )  # fmt: skip
+    rubric: Rubric = BUILTIN_RUBRICS["v1"]
+    assert reward_of(trajectory, simulated_judge(trajectory, rubric)).verified is False
+
+
+def test_the_grader_is_not_importable(attack):
+    modules = ["rl_assets.domain.scoring", "rl_assets.domain.world", "rl_assets.domain.models", "pydantic", "dagster"]
+    paths = [str(Path(__file__).parents[1]), "/work", "/root/.bashrc", "/root/.cache", "/home", "/etc", "/tmp", "/run"]
+    out = attack("import_grader", {"modules": modules, "paths": paths})
+    assert {m: out.seen[m] for m in modules} == dict.fromkeys(modules, "ModuleNotFoundError"), out.seen
+    assert out.seen["paths"] == dict.fromkeys(paths, False), out.seen
+    assert out.seen["site_packages"] == []
+    assert set(out.seen["root"]) <= {"app", "fork", "proc", "dev", "usr", "lib", "lib64", "root"}, out.seen["root"]
+
+
+def test_sleeping_past_the_timeout_is_killed(attack):
+    out = attack("sleep_forever", {}, timeout_s=2)
+    assert out.rollout is None and out.error.startswith(SandboxTimeout.__name__), out.error
+    assert out.seconds < 8
