@@ -1,6 +1,6 @@
 """Benchmarks of rl-assets' fixed costs, each reported as a ratio against a baseline measured in the same run.
 
-``python benchmarks/bench.py [--home DIR] [--sizes 1,100,1000] [--trials 8] [--json]``
+``python benchmarks/bench.py [--home DIR] [--sizes 1,100,1000] [--trials 8] [--world-trials 5] [--json]``
 
 Absolute times on a shared or virtualised machine drift by tens of percent from run to run; a ratio against a
 baseline taken minutes apart on the same machine, by the same interpreter, drifts much less. Every measurement
@@ -14,7 +14,7 @@ is therefore paired with the baseline that isolates what rl-assets itself adds:
    where overlays are unavailable: *copy / overlay* is the speed-up the overlay buys. The baseline
    ``[*isolation().prefix, "true"]`` is the fixed cost of starting any isolated subprocess, which the sandbox
    pays anyway, so *overlay / true* shows what mounting adds on top of it. The world's files are in the page
-   cache, as they are in practice (every fork is preceded by a full hash verification of the world).
+   cache (they were just written), which favours the copy; the overlay fork reads none of them.
 2. **Per-trial orchestration**: a real ``trial_job`` run (rollout in a sandbox plus judging) with tool and judge
    latency 0, so its actual work is eight small file reads, created and executed exactly as the CLI driver does
    (``create_run`` + a worker forked from the driver's warm forkserver, waited for). The
@@ -28,6 +28,14 @@ is therefore paired with the baseline that isolates what rl-assets itself adds:
    on the same batch: the update itself, so the ratio is the cost of keeping the policy in a remote, warm,
    exactly-once actor. The same in-process work including the JSON (de)serialisation the actor does is shown
    too, and the time a new process (a ``train_job`` step) needs to import, connect and reach the existing actor.
+
+4. **Per-trial overhead against world size**: real ``trial_job`` runs as in 2., on one world that is alternately
+   1 MiB and 1 GiB (the world's documents plus 16 padding files of seeded random bytes, moved into the sealed
+   tree and sealed again between trials, outside the timed part), interleaved small/big so drift hits both
+   alike. The ratio *1 GiB / 1 MiB* of the median trial wall time is what a trial pays for its world's size:
+   the seal check per attempt reads metadata only and the overlay fork is O(1), so it should be ~1.00 (the
+   issue's bound: within 10%). For contrast, the per-attempt seal check and the audit's full re-hash of each
+   world are timed in-process.
 
 The benchmark brings the home's services up (embedded Postgres, Ray head) and leaves them running; stop them with
 ``rl-assets stop --home DIR``. Every file it creates for the fork benchmark is removed before it exits.
@@ -422,6 +430,118 @@ def bench_train(experiment: str, batch_size: int, calls: int, attach_reps: int) 
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# 4. Per-trial overhead against world size
+
+PAD_FILES = 16
+
+
+def _write_pad(root: Path, total_bytes: int) -> None:
+    """``PAD_FILES`` files of seeded random bytes under ``root``: the same entries whatever the size."""
+    gen = random.Random(total_bytes)
+    root.mkdir(parents=True)
+    for i in range(PAD_FILES):
+        with open(root / f"pad_{i:02d}.bin", "wb") as f:
+            left = total_bytes // PAD_FILES
+            while left:
+                chunk = min(left, 16 * MIB)
+                f.write(gen.randbytes(chunk))
+                left -= chunk
+
+
+class _SizedWorld:
+    """One sealed world grown to a chosen size by moving a padding tree into it, then sealed again."""
+
+    def __init__(self, worlds: LocalWorlds, world_id: str, pads: dict[str, Path]) -> None:
+        self.worlds, self.world_id, self.pads = worlds, world_id, pads
+        self.current: str | None = None
+
+    def _move(self, src: Path, dst: Path) -> None:
+        root = self.worlds.world_dir(self.world_id)
+        root.chmod(root.stat().st_mode | stat.S_IWUSR)
+        src.chmod(src.stat().st_mode | stat.S_IWUSR)
+        os.rename(src, dst)
+
+    def become(self, size: str | None) -> None:
+        root = self.worlds.world_dir(self.world_id)
+        if self.current is not None:
+            self._move(root / "pad", self.pads[self.current])
+        if size is not None:
+            self._move(self.pads[size], root / "pad")
+        self.current = size
+        self.worlds.reseal(self.world_id)  # a full hash, outside the timed trial: what a world build does once
+
+
+def bench_world_sizes(home: Home, trials: int, experiment: str, small_mib: int, big_mib: int) -> dict[str, Any]:
+    from dagster import DagsterInstance
+
+    from rl_assets.assets.partitions import partitions_to_add
+    from rl_assets.domain.experiment import ExperimentConfig
+    from rl_assets.domain.runtime import Runtime
+    from rl_assets.driver.planner import plan
+    from rl_assets.driver.runs import WorkerLauncher
+    from rl_assets.resources.stores import Stores
+    from rl_assets.resources.world_store import WorldStoreResource
+    from rl_assets.stores.database import Database
+
+    free = shutil.disk_usage(home.root).free
+    if free < big_mib * MIB + small_mib * MIB + 1024 * MIB:
+        return {"skipped": f"needs {big_mib + small_mib} MiB free plus 1 GiB margin, {free / MIB:.0f} MiB available"}
+    sizes = {"small": small_mib, "big": big_mib}
+    config = ExperimentConfig(name=f"{experiment}-sizes", steps=1, worlds=1, prompts=2 * trials + 2, samples=1)
+    stores = Stores(home.root, Database.from_env())
+    stores.experiments.create_or_resume(config, Runtime())
+    worlds = LocalWorlds(home.worlds, home.forks)
+    world_id = config.world_ids[0]
+    scratch = Path(tempfile.mkdtemp(prefix="bench-pads-", dir=home.root))  # same filesystem: pads move by rename
+    result: dict[str, Any] = {"experiment": config.name, "trials_per_size": trials, "sizes_mib": sizes}
+    launcher = WorkerLauncher()
+    sized = _SizedWorld(worlds, world_id, {k: scratch / k for k in sizes})
+    try:
+        for key, mib in sizes.items():
+            log(f"writing a {mib} MiB padding tree")
+            _write_pad(scratch / key, mib * MIB)
+        with DagsterInstance.get() as instance:
+            for name, keys in partitions_to_add(config, config.steps).items():
+                missing = [k for k in keys if not instance.has_dynamic_partition(name, k)]
+                if missing:
+                    instance.add_dynamic_partitions(name, missing)
+            for launch in [la for la in plan(instance, stores, config).launches if la.job == "world_job"]:
+                _execute_launch(instance, launch, home, launcher)
+            result["fork_kind"] = WorldStoreResource(home=str(home.root)).fork_kind()
+            launches = [la for la in plan(instance, stores, config).launches if la.job == "trial_job"]
+            if len(launches) != 2 * trials + 2:
+                raise RuntimeError(f"expected {2 * trials + 2} trial launches, the planner gave {len(launches)}")
+            walls: dict[str, list[float]] = {"small": [], "big": []}
+            checks: dict[str, dict[str, float]] = {}
+            for i, launch in enumerate(launches):
+                size = "small" if i % 2 == 0 else "big"
+                sized.become(size)
+                if size not in checks:
+                    checks[size] = {
+                        "verified_hash_s": median_time(lambda: worlds.verified_hash(world_id), 20)[0],
+                        "audited_hash_s": median_time(lambda: worlds.audited_hash(world_id), 1)[0],
+                    }
+                wall, _ = _execute_launch(instance, launch, home, launcher)
+                warm_up = i < 2
+                log(f"trial_job on the {sizes[size]} MiB world: {wall:.2f} s{' (warm-up)' if warm_up else ''}")
+                if not warm_up:
+                    walls[size].append(wall)
+    finally:
+        if sized.current is not None:
+            sized.become(None)  # the world as it was built, sealed again with its recorded hash
+        remove_tree(scratch)
+    for size in sizes:
+        result[size] = {
+            "trial_wall_s": statistics.median(walls[size]),
+            "trial_wall_min_s": min(walls[size]),
+            "trial_wall_max_s": max(walls[size]),
+            **checks[size],
+        }
+    result["big_over_small"] = ratio(result["big"]["trial_wall_s"], result["small"]["trial_wall_s"])
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Report
 
 
@@ -581,6 +701,51 @@ def report(results: dict[str, Any]) -> str:
             f"3. Train step (batch of {r['batch_size']} rewards; baseline: apply_step in-process)",
             table(rows),
         ]
+    if "world_sizes" in results:
+        w = results["world_sizes"]
+        if "skipped" in w:
+            parts += ["", f"4. Per-trial overhead against world size: skipped ({w['skipped']})"]
+        else:
+            small, big = w["small"], w["big"]
+            mib = w["sizes_mib"]
+            rows = [
+                (
+                    f"trial_job run, {mib['big']} MiB vs {mib['small']} MiB world (median of {w['trials_per_size']})",
+                    fmt_s(small["trial_wall_s"]),
+                    fmt_s(big["trial_wall_s"]),
+                    fmt_x(w["big_over_small"]),
+                ),
+                (
+                    "  min / max, small world",
+                    "",
+                    f"{fmt_s(small['trial_wall_min_s'])} / {fmt_s(small['trial_wall_max_s'])}",
+                    "",
+                ),
+                (
+                    "  min / max, big world",
+                    "",
+                    f"{fmt_s(big['trial_wall_min_s'])} / {fmt_s(big['trial_wall_max_s'])}",
+                    "",
+                ),
+                (
+                    "per-attempt seal check (verified_hash), big vs small",
+                    fmt_s(small["verified_hash_s"]),
+                    fmt_s(big["verified_hash_s"]),
+                    fmt_x(ratio(big["verified_hash_s"], small["verified_hash_s"])),
+                ),
+                (
+                    "audit's full re-hash (audited_hash), big vs small",
+                    fmt_s(small["audited_hash_s"]),
+                    fmt_s(big["audited_hash_s"]),
+                    fmt_x(ratio(big["audited_hash_s"], small["audited_hash_s"])),
+                ),
+            ]
+            parts += [
+                "",
+                f"4. Per-trial overhead against world size (baseline: the {mib['small']} MiB world; "
+                f"forks: {w['fork_kind']}; interleaved small/big)",
+                table(rows),
+            ]
     parts += ["", f"total benchmark time {fmt_s(results['total_s'])}"]
     return "\n".join(parts)
 
@@ -593,11 +758,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-calls", type=int, default=50, help="warm actor calls in the median")
     parser.add_argument("--batch", type=int, default=8, help="rewards per training batch")
     parser.add_argument("--attach-reps", type=int, default=2, help="new processes attaching to the actor")
-    parser.add_argument("--parts", default="forks,trial,train", help="which measurements to run")
+    parser.add_argument("--world-trials", type=int, default=5, help="trial runs per world size (plus a warm-up)")
+    parser.add_argument("--world-sizes", default="1,1024", help="small,big world sizes in MiB for part 4")
+    parser.add_argument("--parts", default="forks,trial,train,world_sizes", help="which measurements to run")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = parser.parse_args(argv)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    unknown = parts - {"forks", "trial", "train"}
+    unknown = parts - {"forks", "trial", "train", "world_sizes"}
     if unknown:
         parser.error(f"--parts: unknown {sorted(unknown)}")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -610,7 +777,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if "forks" in parts:
         results["forks"] = bench_forks(home, sizes)
-    if parts & {"trial", "train"}:
+    if parts & {"trial", "train", "world_sizes"}:
         from rl_assets.services.local_deployment import LocalDeployment
 
         log(f"bringing the services of {home.root} up")
@@ -622,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
             results["trial"] = bench_trials(home, args.trials, experiment)
         if "train" in parts:
             results["train"] = bench_train(experiment, args.batch, args.train_calls, args.attach_reps)
+        if "world_sizes" in parts:
+            small_mib, big_mib = (int(x) for x in args.world_sizes.split(","))
+            results["world_sizes"] = bench_world_sizes(home, args.world_trials, experiment, small_mib, big_mib)
     results["total_s"] = time.perf_counter() - started
     print(json.dumps(results) if args.json else report(results))
     return 0

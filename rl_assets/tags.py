@@ -17,6 +17,8 @@ RUBRIC_TAG = "rl/rubric"
 """The rubric a run judges and trains with; absent means the experiment's own."""
 WORKER_PID_TAG = "rl/worker_pid"
 """``pid@start-time`` of the process executing the run."""
+SENSOR_REQUEST_TAG = "rl/sensor_request"
+"""The run key of the driver sensor's request a run was created for (see :mod:`rl_assets.stores.sensor_requests`)."""
 
 
 def rubric_of(tags: Mapping[str, str], default: str) -> str:

@@ -1,4 +1,4 @@
-"""``worlds``: each world built once, sealed read-only, content hash recorded; rebuilt if damaged."""
+"""``worlds``: each world built once (under its lock), sealed read-only, content hash recorded; rebuilt if damaged."""
 
 import dagster as dg
 

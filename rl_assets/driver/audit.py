@@ -1,7 +1,8 @@
 """Before driving: check every durable record an experiment's results rest on.
 
 The planner trusts Dagster's materializations; this audit checks that what
-they point at is still intact: each sealed world's content hash, each
+they point at is still intact: each sealed world's content hash (re-hashed
+from every byte: the only full read of a world outside its build), each
 finished trial's trajectory and reward records and its verdicts, each
 trained step's checkpoint against the ledger's policy hash. A damaged
 record is moved to the home's ``quarantine/`` and its unit is marked damaged
@@ -50,7 +51,8 @@ def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config
     built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
     for world_id in config.world_ids:
         if world_id in built:
-            try:
+            try:  # every byte here, once per `train`; trial attempts check only the seal (O(entries))
+                worlds.audited_hash(world_id)
                 worlds.verified_hash(world_id)
             except (WorldTamperedError, FileNotFoundError) as err:
                 damaged("world", world_id, str(err))

@@ -7,7 +7,10 @@ the runs the plan asks for, at most ``max_concurrent_trials`` trials at once.
 Its only memory is which worker processes it started in this life, and losing
 that (a crash) is harmless: runs outlive the driver, and the next driver
 sees them in the instance. One driver per experiment at a time, enforced by a
-Postgres advisory lock held for the driver's life.
+Postgres advisory lock held for the driver's life. The driver sensor holds the
+same lock (shared) while it plans the experiment, and a starting driver waits
+for it; runs the sensor requested but the daemon has not yet created count as
+in flight (:mod:`rl_assets.stores.sensor_requests`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 import time
 from multiprocessing.process import BaseProcess
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, RunsFilter
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.domain.experiment import ExperimentConfig
@@ -28,13 +31,17 @@ from rl_assets.driver.runs import WorkerLauncher, create_run, reap_dead_runs
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
+from rl_assets.stores import sensor_requests
 from rl_assets.stores.database import TRANSIENT_DB_ERRORS, Database
+from rl_assets.tags import EXPERIMENT_TAG, SENSOR_REQUEST_TAG
 
 EXIT_BUSY = 75
 DB_OUTAGE_TIMEOUT_S = 180.0
 EXIT_GAVE_UP = 70
 MAX_RUNS_PER_UNIT = 3
 POLL_S = 0.25
+SENSOR_TICK_WAIT_S = 60.0
+"""How long a starting driver waits for a driver sensor's tick that holds the experiment's lock."""
 
 
 def _ensure_partitions(instance: DagsterInstance, name: str, keys: list[str]) -> None:
@@ -89,14 +96,42 @@ class _DriverLock:
         self.conn.autocommit = True
         with self.conn.cursor() as cur:
             cur.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_id,))
-            return bool(cur.fetchone()[0])
+            held = bool(cur.fetchone()[0])
+        if not held:  # else the next call would take the open connection for a held lock
+            self.conn.close()
+            self.conn = None
+        return held
+
+
+def _take_lock(lock: _DriverLock, db: Database, experiment: str) -> bool:
+    """Take the driver lock, waiting out a driver sensor's tick that is planning the experiment."""
+    deadline = time.monotonic() + SENSOR_TICK_WAIT_S
+    waited = False
+    while not lock.hold():
+        if not sensor_requests.sensor_is_planning(db, driver_lock_id(experiment)) or time.monotonic() > deadline:
+            return False
+        if not waited:
+            print(f"a driver sensor tick is planning {experiment!r}; waiting for it", file=sys.stderr)
+            waited = True
+        time.sleep(POLL_S)
+    return True
+
+
+def _sensor_runs_pending(instance: DagsterInstance, stores: Stores, experiment: str) -> list[str]:
+    """Run keys the driver sensor requested for ``experiment`` whose runs the daemon has not created yet."""
+
+    def created() -> set[str]:
+        runs = instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: experiment}))
+        return {r.tags[SENSOR_REQUEST_TAG] for r in runs if SENSOR_REQUEST_TAG in r.tags}
+
+    return sensor_requests.pending(stores.db, experiment, created)
 
 
 def drive(experiment: str, home: Home, rubric: str | None = None) -> int:
     db = Database.from_env()
     stores = Stores(home.root, db)
     lock = _DriverLock(db, experiment)
-    if not lock.hold():
+    if not _take_lock(lock, db, experiment):
         print(f"another driver is already running experiment {experiment!r}", file=sys.stderr)
         return EXIT_BUSY
     attempt = stores.attempts.record_driver_attempt(experiment, os.getpid())
@@ -104,6 +139,7 @@ def drive(experiment: str, home: Home, rubric: str | None = None) -> int:
     runtime = stores.experiments.runtime(experiment)
     launcher = WorkerLauncher()
     workers: dict[str, BaseProcess] = {}
+    said: set[str] = set()
     outage_since: float | None = None
     with DagsterInstance.get() as instance:
         _ensure_partitions(instance, WORLD.name, config.world_ids)
@@ -113,7 +149,7 @@ def drive(experiment: str, home: Home, rubric: str | None = None) -> int:
                 if not lock.hold():
                     print(f"another driver took over experiment {experiment!r}", file=sys.stderr)
                     return EXIT_BUSY
-                outcome = _pass(instance, stores, home, config, runtime, rubric, attempt, launcher, workers)
+                outcome = _pass(instance, stores, home, config, runtime, rubric, attempt, launcher, workers, said)
                 if outcome is not None:
                     return outcome
                 outage_since = None
@@ -136,8 +172,12 @@ def _pass(
     attempt: int,
     launcher: WorkerLauncher,
     workers: dict[str, BaseProcess],
+    said: set[str],
 ) -> int | None:
-    """One pass: reap, plan, launch. Returns an exit code when the driver is done."""
+    """One pass: reap, plan, launch. Returns an exit code when the driver is done.
+
+    ``said`` holds the sensor requests already waited for, so each wait is reported once.
+    """
     reap_dead_runs(instance, config.name)
     p = plan(instance, stores, config, rubric)
     crash_at = runtime.faults.crash_driver_at_step
@@ -145,6 +185,12 @@ def _pass(
         os.kill(os.getpid(), signal.SIGKILL)  # injected driver crash
     if p.done:
         return 0
+    waiting_for = _sensor_runs_pending(instance, stores, config.name)
+    if waiting_for:  # in flight: launching their units now would run them twice
+        if waiting_for[0] not in said:
+            said.add(waiting_for[0])
+            print(f"waiting for {len(waiting_for)} runs the driver sensor requested", file=sys.stderr)
+        return None
     _give_up_on_crashing_units(stores, p)
     _ensure_partitions(instance, STEP.name, [s.key for s in p.steps])
     for run_id in [rid for rid, w in workers.items() if not w.is_alive()]:

@@ -4,7 +4,10 @@
 re-scoring, that no CLI driver holds, and requests their runs with
 deterministic run keys (job, partition, rubric, generation), so a second
 tick, or a second daemon, never launches the same unit twice. Needed dynamic
-partitions are added in the same tick, before the runs.
+partitions are added in the same tick, before the runs. It plans an
+experiment holding the experiment's driver lock and records its requests
+before letting go, so a CLI driver never plans the same units in between
+(:mod:`rl_assets.stores.sensor_requests`).
 
 ``rubric_sensor`` (off by default; turn it on in the UI's sensor list or with
 ``dagster sensor start rubric_sensor``) watches the rubric registry; when a
@@ -16,6 +19,7 @@ rubric triggers one re-scoring however often the sensor ticks.
 """
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
@@ -27,50 +31,73 @@ from rl_assets.environment import launch_tags, rescore_experiments
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.settings import RESCORE_EXPERIMENTS_ENV
-from rl_assets.tags import RUBRIC_TAG
+from rl_assets.stores import sensor_requests
+from rl_assets.tags import RUBRIC_TAG, SENSOR_REQUEST_TAG
 
 
-def _held_by_cli_driver(state: Stores, experiment: str) -> bool:
-    conn = state.db.connection()
-    lock_id = driver_lock_id(experiment)
-    with conn, conn.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", (lock_id,))
-        acquired = cur.fetchone()[0]
-        if acquired:
-            cur.execute("SELECT pg_advisory_unlock(%s)", (lock_id,))
-    return not acquired
-
-
-def _open_plans(instance: DagsterInstance, state: Stores) -> list[Plan]:
-    """Plans of every experiment and requested re-scoring that is unfinished and not held by a CLI driver."""
-    plans = []
-    for name in state.experiments.names():
-        if _held_by_cli_driver(state, name):
-            continue
-        config = state.experiments.get(name)
-        own = plan(instance, state, config)
-        plans.append(own)
-        if own.done:
-            plans += [plan(instance, state, config, rubric) for rubric in state.scorings.requested(name)]
+def _experiment_plans(instance: DagsterInstance, state: Stores, name: str) -> list[Plan]:
+    """The unfinished plans of an experiment: its own, or once that is done, its requested re-scorings."""
+    config = state.experiments.get(name)
+    own = plan(instance, state, config)
+    plans = [own]
+    if own.done:
+        plans += [plan(instance, state, config, rubric) for rubric in state.scorings.requested(name)]
     return [p for p in plans if not p.done]
 
 
-def _requests(instance: DagsterInstance, plans: list[Plan], world_store: Any) -> tuple[list[dg.RunRequest], list]:
+def _run_requests(plans: list[Plan], world_store: Any) -> list[dg.RunRequest]:
+    requests = []
+    for p in plans:
+        for launch in p.launches:
+            run_key = f"{launch.run_key}:{launch.tags[RUBRIC_TAG]}"
+            requests.append(
+                dg.RunRequest(
+                    run_key=run_key,
+                    job_name=launch.job,
+                    partition_key=launch.partition_key,
+                    tags={
+                        **launch.tags,
+                        **launch_tags(launch.job, launch.partition_key, world_store),
+                        SENSOR_REQUEST_TAG: run_key,
+                    },
+                )
+            )
+    return requests
+
+
+def _planned_requests(
+    state: Stores,
+    names: list[str],
+    plans_of: Callable[[str], list[Plan]],
+    world_store: Any,
+) -> tuple[list[dg.RunRequest], list[Plan]]:
+    """Plan each experiment that no CLI driver holds, holding its lock until the requests are recorded.
+
+    The lock covers the whole plan, and the recorded requests cover the time
+    until the daemon has created their runs, so a CLI driver starting at any
+    moment sees the sensor's units as in flight (see
+    :mod:`rl_assets.stores.sensor_requests`).
+    """
     run_requests: list[dg.RunRequest] = []
+    all_plans: list[Plan] = []
+    for name in names:
+        with sensor_requests.planning_lock(state.db, driver_lock_id(name)) as cur:
+            if cur is None:
+                continue  # a CLI driver holds the experiment
+            plans = plans_of(name)
+            requests = _run_requests(plans, world_store)
+            sensor_requests.record(cur, name, [r.run_key for r in requests if r.run_key])
+        run_requests += requests
+        all_plans += plans
+    return run_requests, all_plans
+
+
+def _partition_requests(instance: DagsterInstance, plans: list[Plan]) -> list[dg.AddDynamicPartitionsRequest]:
     add: dict[str, set[str]] = {WORLD.name: set(), TRIAL_SLOT.name: set(), STEP.name: set()}
     for p in plans:
         add[WORLD.name].update(p.config.world_ids)
         add[TRIAL_SLOT.name].update(p.config.trial_slots())
         add[STEP.name].update(s.key for s in p.steps)
-        run_requests += [
-            dg.RunRequest(
-                run_key=f"{launch.run_key}:{launch.tags[RUBRIC_TAG]}",
-                job_name=launch.job,
-                partition_key=launch.partition_key,
-                tags={**launch.tags, **launch_tags(launch.job, launch.partition_key, world_store)},
-            )
-            for launch in p.launches
-        ]
     partitions = [
         dg.AddDynamicPartitionsRequest(
             partitions_def_name=name,
@@ -78,7 +105,7 @@ def _requests(instance: DagsterInstance, plans: list[Plan], world_store: Any) ->
         )
         for name, keys in add.items()
     ]
-    return run_requests, [r for r in partitions if r.partition_keys]
+    return [r for r in partitions if r.partition_keys]
 
 
 @dg.sensor(
@@ -90,8 +117,14 @@ def _requests(instance: DagsterInstance, plans: list[Plan], world_store: Any) ->
 def driver_sensor(
     context: dg.SensorEvaluationContext, stores: StoresResource, world_store: dg.ResourceParam[Any]
 ) -> dg.SensorResult | dg.SkipReason:
-    plans = _open_plans(context.instance, stores.stores)
-    run_requests, partitions = _requests(context.instance, plans, world_store)
+    state = stores.stores
+    run_requests, plans = _planned_requests(
+        state,
+        state.experiments.names(),
+        lambda name: _experiment_plans(context.instance, state, name),
+        world_store,
+    )
+    partitions = _partition_requests(context.instance, plans)
     if not run_requests and not partitions:
         return dg.SkipReason("no experiment needs a run")
     return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
@@ -124,21 +157,24 @@ def rubric_sensor(
     new = sorted(name for name in current if name not in seen)
     if not new:
         return dg.SkipReason("no new rubric")
-    plans = []
-    for name in _watched(state):
+
+    def rescorings(name: str) -> list[Plan]:
         config = state.experiments.get(name)
         if not plan(context.instance, state, config).done:
             context.log.info(f"{name} is still training; re-score it once it is done")
-            continue
+            return []
+        plans = []
         for rubric in new:
             state.rubrics.get(rubric)  # pin the rubric's hash before anything is judged with it
             state.scorings.request(name, rubric, requested_by="rubric_sensor")
             context.log.info(f"re-scoring {name} with the new rubric {rubric}")
             plans.append(plan(context.instance, state, config, rubric))
-    run_requests, partitions = _requests(context.instance, plans, world_store)
+        return plans
+
+    run_requests, plans = _planned_requests(state, _watched(state), rescorings, world_store)
     return dg.SensorResult(
         run_requests=run_requests,
-        dynamic_partitions_requests=partitions,
+        dynamic_partitions_requests=_partition_requests(context.instance, plans),
         cursor=json.dumps(current),
         asset_events=[observation],
     )

@@ -7,7 +7,8 @@ so the assets do not know where they run:
   ephemeral volume mounted at ``/world`` (the driver sensor tags the run, see
   :func:`rl_assets.environment.launch_tags`); it builds the world there,
   snapshots that volume's PVC and records the seal (hash and snapshot) in
-  Postgres. A snapshot is immutable, so the seal is never re-hashed.
+  Postgres, under a per-world advisory lock so concurrent builds build once.
+  A snapshot is immutable, so the seal is never re-hashed.
 - ``rollout`` clones a fork PVC from the snapshot, runs the sandbox runner in
   a rollout pod on it (no network, no secret, no token; see
   :mod:`rl_assets.kubernetes.pod_specs`), reads the rollout from the pod's
@@ -20,6 +21,9 @@ import math
 import os
 import shutil
 import uuid
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -73,9 +77,14 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         )
 
     def ensure_built(self, world_id: str) -> tuple[str, bool]:
-        seal = _seal(world_id)
-        if seal is not None:
-            return seal, False
+        """Build, snapshot and seal the world once, under its build lock (see :func:`_build_lock`)."""
+        with _build_lock(world_id):
+            seal = _seal(world_id)
+            if seal is not None:
+                return seal, False
+            return self._build(world_id), True
+
+    def _build(self, world_id: str) -> str:
         root = Path(WORLD_MOUNT)
         for leftover in root.iterdir():  # a crashed build's partial files
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
@@ -87,13 +96,18 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         staging.rmdir()
         snapshot = self._volumes().snapshot(world_id, world_build_claim_name(os.environ[POD_NAME_ENV]))
         _record_seal(world_id, digest, snapshot)
-        return digest, True
+        return digest
 
     def verified_hash(self, world_id: str) -> str:
+        """The seal from Postgres, O(1): forks are cloned from an immutable VolumeSnapshot, not from the PVC."""
         seal = _seal(world_id)
         if seal is None:
             raise WorldNotSealedError(f"world {world_id} has not been built and snapshotted yet")
         return seal
+
+    def audited_hash(self, world_id: str) -> str:
+        """The same as :meth:`verified_hash`: a VolumeSnapshot cannot be modified, so there is nothing to re-hash."""
+        return self.verified_hash(world_id)
 
     def location(self, world_id: str) -> str:
         return f"snapshot {self.namespace}/{world_snapshot_name(world_id)}"
@@ -134,6 +148,28 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         if outcome.reason == "DeadlineExceeded":
             raise SandboxTimeout(f"rollout of {trial_id} exceeded {timeout_s}s and its pod was killed")
         return rollout_from_output(outcome.exit_code, outcome.log, outcome.log)
+
+
+WORLD_BUILD_LOCK_NAMESPACE = 0x574C44  # "WLD": the first key of the two-int advisory lock of a world build
+
+
+@contextmanager
+def _build_lock(world_id: str) -> Iterator[None]:
+    """A transaction-scoped Postgres advisory lock on the world, held through build, snapshot and seal.
+
+    Two build runs of one world (a retried run, the sensor and a CLI driver)
+    would otherwise both clear ``/world`` of "leftovers" and build into it at
+    once. Build pods have no shared filesystem to lock, so the lock is in
+    Postgres; it is released with the transaction, also when the pod dies.
+    """
+    db = Database.from_env()
+    key = int.from_bytes(zlib.crc32(world_id.encode()).to_bytes(4, "big"), "big", signed=True)
+    try:
+        with db.transaction() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (WORLD_BUILD_LOCK_NAMESPACE, key))
+            yield
+    finally:
+        db.close()
 
 
 def _seal(world_id: str) -> str | None:

@@ -9,6 +9,10 @@ Protocol for step ``s`` of ``(experiment, rubric)``:
    once, or returns what it already applied for that identity;
 3. write the checkpoint, then the ledger row (insert-if-absent).
 
+1-3 run under the step's lock (:meth:`TrainingLedger.step_lock`), and what is
+returned is always the policy of the row in the ledger, never a policy that
+lost to another writer's row.
+
 A crash after 2 re-runs 2, where the actor recognises the identity; a lost
 actor is rebuilt from the parent checkpoint. The ledger therefore holds
 exactly one application per step, and the policy reflects each step once.
@@ -100,6 +104,22 @@ class TrainerResource(dg.ConfigurableResource):
         checkpoints.save(recorded.experiment, recorded.rubric, recorded.step, policy)
         return policy
 
+    def _recorded_policy(
+        self,
+        checkpoints: CheckpointStore,
+        recorded: AppliedStep,
+        identity: str,
+        parent: Policy,
+        batch: list[Reward],
+        lr: float,
+    ) -> Policy:
+        """The policy of a ledgered step: its checkpoint, or re-derived if that was lost."""
+        try:
+            policy = checkpoints.load(recorded.experiment, recorded.rubric, recorded.step, recorded.policy_hash)
+        except CorruptArtifactError:
+            policy = None
+        return policy or self._rederive(checkpoints, recorded, identity, parent, batch, lr)
+
     def train_step(
         self,
         ledger: TrainingLedger,
@@ -111,29 +131,30 @@ class TrainerResource(dg.ConfigurableResource):
         batch: list[Reward],
         lr: float,
     ) -> tuple[Policy, AppliedStep, bool]:
-        """``(policy after the step, its ledger row, applied now)``."""
-        recorded = ledger.get(experiment, rubric, step)
+        """``(policy after the step, its ledger row, applied now)``: always the policy the ledger holds.
+
+        The step's lock is held from the ledger check to the ledger write, so
+        a second writer of the step waits and then reads the first one's row.
+        """
         identity = content_hash({"parent": parent.content_hash, "batch": [r.content_hash for r in batch], "lr": lr})
-        if recorded is not None:
-            try:
-                policy = checkpoints.load(experiment, rubric, step, expected_hash=recorded.policy_hash)
-            except CorruptArtifactError:
-                policy = None
-            if policy is None:
-                policy = self._rederive(checkpoints, recorded, identity, parent, batch, lr)
-            return policy, recorded, False
-        policy, pid, applied_now = self._apply(experiment, rubric, identity, parent, batch, lr)
-        checkpoints.save(experiment, rubric, step, policy)
-        row = ledger.record(
-            AppliedStep(
-                experiment=experiment,
-                rubric=rubric,
-                step=step,
-                identity=identity,
-                parent_hash=parent.content_hash,
-                policy_hash=policy.content_hash,
-                version=policy.version,
-                actor_pid=pid,
+        with ledger.step_lock(experiment, rubric, step):
+            recorded = ledger.get(experiment, rubric, step)
+            if recorded is not None:
+                return self._recorded_policy(checkpoints, recorded, identity, parent, batch, lr), recorded, False
+            policy, pid, applied_now = self._apply(experiment, rubric, identity, parent, batch, lr)
+            checkpoints.save(experiment, rubric, step, policy)
+            row = ledger.record(
+                AppliedStep(
+                    experiment=experiment,
+                    rubric=rubric,
+                    step=step,
+                    identity=identity,
+                    parent_hash=parent.content_hash,
+                    policy_hash=policy.content_hash,
+                    version=policy.version,
+                    actor_pid=pid,
+                )
             )
-        )
+        if row.policy_hash != policy.content_hash:  # another writer's row won (the lock was lost with Postgres)
+            return self._recorded_policy(checkpoints, row, identity, parent, batch, lr), row, False
         return policy, row, applied_now

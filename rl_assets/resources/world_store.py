@@ -44,7 +44,12 @@ class WorldStoreResource(dg.ConfigurableResource):
         return self._worlds.ensure_built(world_id)
 
     def verified_hash(self, world_id: str) -> str:
+        """The per-attempt check: the seal, O(entries), no contents read (:func:`rl_assets.worlds.tree_manifest`)."""
         return self._worlds.verified_hash(world_id)
+
+    def audited_hash(self, world_id: str) -> str:
+        """The full check: every byte re-hashed against the record."""
+        return self._worlds.audited_hash(world_id)
 
     def location(self, world_id: str) -> str:
         return str(self._worlds.world_dir(world_id))

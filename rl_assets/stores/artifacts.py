@@ -3,6 +3,12 @@
 A record is stored as ``{"sha256": ..., "payload": ...}`` through a temp file
 and a rename, so a reader sees the whole record or none of it, and a record
 damaged behind the system's back is detected instead of silently used.
+
+The temp file's name is unique per write (pid and a random suffix), since
+pods sharing a volume have their own pid spaces and two writers with pid 1
+would otherwise write into one temp file. The file is fsynced before the
+rename and its directory after it, so a record that a ledger row points at
+survives a power loss, not only a process crash.
 """
 
 from __future__ import annotations
@@ -19,6 +25,15 @@ from pydantic import BaseModel
 from rl_assets.domain.hashing import canonical_json
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename into ``directory`` durable: the entry lives in the directory, not the file."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class CorruptArtifactError(RuntimeError):
@@ -49,12 +64,17 @@ class ArtifactStore:
         )
         path = self.path(rel)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "x", encoding="utf-8") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_dir(path.parent)
         return path
 
     def quarantine(self, path: Path) -> Path:
@@ -63,6 +83,8 @@ class ArtifactStore:
         target = target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}")
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, target)
+        fsync_dir(target.parent)
+        fsync_dir(path.parent)
         return target
 
     def read(self, rel: str, model: type[M]) -> M | None:

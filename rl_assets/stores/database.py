@@ -107,6 +107,12 @@ CREATE TABLE IF NOT EXISTS rl_scorings (
     requested_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (experiment, rubric)
 );
+CREATE TABLE IF NOT EXISTS rl_sensor_requests (
+    experiment TEXT NOT NULL,
+    run_key TEXT NOT NULL,
+    requested_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (experiment, run_key)
+);
 CREATE TABLE IF NOT EXISTS rl_world_seals (
     world_id TEXT PRIMARY KEY,
     content_hash TEXT NOT NULL,

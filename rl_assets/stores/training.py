@@ -5,10 +5,18 @@ of the step (parent policy hash + canonical batch hash), the resulting policy
 hash and version, and the pid of the actor that applied it. A row is written
 only after the resulting checkpoint is on disk, so a ledger row always points
 at a readable policy; a step with a row is never applied again.
+
+Writers of one step (a CLI driver's train run and a backfill's, say) are
+serialised by :meth:`TrainingLedger.step_lock`: without it both could pass
+the "no row yet" check, and the later checkpoint write would replace the
+checkpoint of the row that won.
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from rl_assets.domain.models import Policy
@@ -28,9 +36,30 @@ class AppliedStep:
     actor_pid: int
 
 
+STEP_LOCK_NAMESPACE = 0x54524E  # "TRN": the first key of a training step's two-int advisory lock
+
+
 class TrainingLedger:
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    @contextmanager
+    def step_lock(self, experiment: str, rubric: str, step: int) -> Iterator[None]:
+        """Hold the step's lock (a transaction-scoped advisory lock on a connection of its own).
+
+        The lock goes with its transaction: when the holder dies or Postgres
+        restarts, it is released, and the holder's own ledger write still
+        keeps the first row (see :meth:`record`).
+        """
+        digest = zlib.crc32(f"{experiment}\0{rubric}\0{step}".encode())
+        key = int.from_bytes(digest.to_bytes(4, "big"), "big", signed=True)
+        conn = self.db.info.connect()
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (STEP_LOCK_NAMESPACE, key))
+                yield
+        finally:
+            conn.close()
 
     def get(self, experiment: str, rubric: str, step: int) -> AppliedStep | None:
         with self.db.transaction() as cur:

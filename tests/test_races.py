@@ -1,0 +1,354 @@
+"""Races between writers, each forced into its window deterministically, with real processes, Postgres and files.
+
+- the driver sensor's tick and a CLI driver: the sensor's requested runs count as in flight until the daemon
+  has created them, and a CLI driver starting during a tick waits for it instead of planning the same units;
+- a driver SIGKILLed the moment its run worker exists: the worker has tagged the run itself, so the run is
+  seen alive and is not reaped;
+- two writers of one training step: both return the policy the ledger holds;
+- artifact writes from two processes that both have pid 1 (pid namespaces, as pods sharing a volume);
+- two builds of one world at once: built once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import ClassVar
+
+import dagster as dg
+import ray
+from dagster import DagsterRunStatus, RunsFilter
+from killing import wait_for
+from pydantic import BaseModel
+
+import rl_assets.worlds
+from rl_assets.definitions import RECONSTRUCTABLE_JOBS
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.models import Policy, Reward
+from rl_assets.domain.runtime import Runtime
+from rl_assets.driver.planner import driver_lock_id
+from rl_assets.driver.run_worker import TEST_GATE_ENV
+from rl_assets.driver.runs import LAUNCHED_BY_TAG, TEST_DIE_AFTER_WORKER_START_ENV, reap_dead_runs
+from rl_assets.driver.sensor import driver_sensor
+from rl_assets.environment import resources
+from rl_assets.resources.trainer import TrainerResource
+from rl_assets.services.processes import identity_alive
+from rl_assets.stores import sensor_requests
+from rl_assets.stores.artifacts import ArtifactStore
+from rl_assets.stores.training import STEP_LOCK_NAMESPACE
+from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
+from rl_assets.worlds import LocalWorlds
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = dict(steps=1, worlds=1, prompts=1, samples=1)
+
+
+def _register(stores, name: str) -> ExperimentConfig:
+    config = ExperimentConfig(name=name, **SMALL)
+    stores.experiments.create_or_resume(config, Runtime())
+    return config
+
+
+def _start_driver(home: Path, name: str, log: Path, **env: str) -> subprocess.Popen:
+    with open(log, "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rl_assets.driver.loop", name],
+            env={**os.environ, "RL_ASSETS_HOME": str(home), **env},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
+        )
+
+
+def _runs(instance, name: str):
+    return instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: name}))
+
+
+def _one_run_per_unit(instance, name: str) -> None:
+    units = [(r.job_name, r.tags[PARTITION_TAG]) for r in _runs(instance, name)]
+    assert sorted(units) == sorted(set(units)), f"a unit ran twice: {sorted(units)}"
+
+
+def _launch_as_the_daemon_does(instance, request: dg.RunRequest) -> str:
+    """Stand-in for the daemon's submission of a sensor's request: create the run with the request's tags, execute it.
+
+    The daemon itself would do this at a moment of its choosing; here the moment is the test's, so the
+    window between the tick and the run's creation is held open deterministically.
+    """
+    recon = dg.reconstructable(RECONSTRUCTABLE_JOBS[request.job_name])
+    job_def = recon.get_definition()
+    run = instance.create_run_for_job(
+        job_def=job_def, tags={**job_def.tags, **request.tags}, job_code_origin=recon.get_python_origin()
+    )
+    subprocess.Popen(
+        [sys.executable, "-m", "rl_assets.driver.run_worker", run.run_id],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=REPO,
+    )
+    return run.run_id
+
+
+def test_runs_the_sensor_requested_are_in_flight_for_a_cli_driver_until_the_daemon_creates_them(
+    home, stores, instance, tmp_path
+):
+    name = "race-sensor-requests"
+    _register(stores, name)
+    context = dg.build_sensor_context(instance=instance, resources=resources())
+    result = driver_sensor(context)  # the tick: requests returned, no run created yet
+    requests = result.run_requests
+    assert requests and not _runs(instance, name)
+
+    log = tmp_path / "driver.err"
+    driver = _start_driver(home, name, log)
+    try:
+        wait_for(
+            lambda: "runs the driver sensor requested" in log.read_text() or _runs(instance, name),
+            "the CLI driver waiting for the sensor's requests, or launching their units itself",
+            while_running=driver,
+        )
+        assert not _runs(instance, name), "the CLI driver launched units the sensor had requested"
+        for request in requests:
+            _launch_as_the_daemon_does(instance, request)
+        assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    _one_run_per_unit(instance, name)
+    assert stores.training.get(name, "v1", 0) is not None
+
+
+def test_a_cli_driver_starting_during_a_sensor_tick_waits_for_it_instead_of_giving_up(home, stores, instance, tmp_path):
+    name = "race-sensor-tick"
+    _register(stores, name)
+    log = tmp_path / "driver.err"
+    with sensor_requests.planning_lock(stores.db, driver_lock_id(name)) as tick:  # a tick planning this experiment
+        assert tick is not None
+        driver = _start_driver(home, name, log)
+        try:
+            wait_for(
+                lambda: "a driver sensor tick is planning" in log.read_text(),
+                "the CLI driver waiting for the tick",
+                while_running=driver,
+            )
+        except BaseException:
+            driver.kill()
+            raise
+    try:
+        assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert "another driver" not in log.read_text()
+    _one_run_per_unit(instance, name)
+
+
+def test_a_live_run_whose_driver_died_as_its_worker_started_is_not_reaped(home, stores, instance, tmp_path):
+    name = "race-worker-tag"
+    _register(stores, name)
+    gate = tmp_path / "gate"
+    driver = _start_driver(
+        home, name, tmp_path / "driver.err", **{TEST_DIE_AFTER_WORKER_START_ENV: "1", TEST_GATE_ENV: str(gate)}
+    )
+    assert driver.wait(timeout=300) == -signal.SIGKILL, (tmp_path / "driver.err").read_text()[-3000:]
+    (run,) = _runs(instance, name)
+
+    tagged = wait_for(
+        lambda: instance.get_run_by_id(run.run_id).tags.get(WORKER_PID_TAG),
+        "the worker's own pid tag on its run (its driver never got to write one)",
+        timeout=120,
+    )
+    assert identity_alive(tagged)
+    assert reap_dead_runs(instance, name, unclaimed_grace_s=0) == [], "a live run was reaped"
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.NOT_STARTED
+
+    gate.touch()  # the worker goes on to execute the run it claimed
+    wait_for(
+        lambda: instance.get_run_by_id(run.run_id).status == DagsterRunStatus.SUCCESS,
+        "the worker finishing its run",
+        timeout=600,
+    )
+    assert instance.get_run_by_id(run.run_id).tags[LAUNCHED_BY_TAG] == "cli-driver"
+
+
+class _Record(BaseModel):
+    writer: str
+    n: int
+
+
+class _HeldTrainer(TrainerResource):
+    """The real trainer, held inside its actor call until ``release`` is set: a writer caught mid-step."""
+
+    inside: ClassVar[threading.Event] = threading.Event()
+    release: ClassVar[threading.Event] = threading.Event()
+
+    def _apply(self, *args):
+        self.inside.set()
+        assert self.release.wait(300)
+        return super()._apply(*args)
+
+
+def _reward(trial: str, doc: int, value: float) -> Reward:
+    return Reward(
+        trial_id=trial,
+        world_id="w0",
+        rubric_name="v1",
+        verified=True,
+        score=value - 1,
+        reward=value,
+        found_doc=doc,
+        turns=2,
+        trajectory_hash="t",
+        verdict_hash="v",
+    )
+
+
+def _step_lock_waiters(stores) -> int:
+    return int(
+        stores.db.scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = %s",
+            (STEP_LOCK_NAMESPACE,),
+        )
+    )
+
+
+def test_two_writers_of_one_training_step_both_get_the_policy_the_ledger_holds(stores):
+    experiment = "race-train-step"
+    address, namespace = os.environ["RL_ASSETS_RAY_ADDRESS"], os.environ["RL_ASSETS_RAY_NAMESPACE"]
+    held, plain = (
+        _HeldTrainer(ray_address=address, namespace=namespace),
+        TrainerResource(ray_address=address, namespace=namespace),
+    )
+    plain._actor(experiment)  # connect this process to Ray once, before the writers' threads
+    parent = Policy.initial(["w0"])
+    batches = {"held": [_reward("s0-p0-n0", 3, 2.0)], "plain": [_reward("s0-p0-n0", 5, 1.0)]}
+    results: dict[str, tuple] = {}
+
+    def write(who: str, trainer: TrainerResource) -> None:
+        results[who] = trainer.train_step(
+            stores.training, stores.checkpoints, experiment, "v1", 0, parent, batches[who], 2.0
+        )
+
+    _HeldTrainer.inside.clear()
+    _HeldTrainer.release.clear()
+    first = threading.Thread(target=write, args=("held", held))
+    first.start()
+    assert held.inside.wait(120), "the first writer never reached its actor call"
+    second = threading.Thread(target=write, args=("plain", plain))
+    second.start()
+    wait_for(lambda: not second.is_alive() or _step_lock_waiters(stores), "the second writer done or waiting")
+    held.release.set()
+    first.join(300)
+    second.join(300)
+    ray.shutdown()
+
+    row = stores.training.get(experiment, "v1", 0)
+    on_disk = stores.checkpoints.load(experiment, "v1", 0, expected_hash=row.policy_hash)
+    for who, (policy, returned_row, _) in results.items():
+        assert returned_row == row, who
+        assert policy.content_hash == row.policy_hash, f"the {who} writer returned a policy the ledger does not hold"
+    assert on_disk.content_hash == row.policy_hash
+    assert [applied for _, _, applied in results.values()].count(True) == 1
+
+
+WRITER = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from pydantic import BaseModel
+    from rl_assets.stores.artifacts import ArtifactStore
+
+    class Record(BaseModel):
+        writer: str
+        n: int
+
+    store = ArtifactStore(Path(sys.argv[1]))
+    for n in range(int(sys.argv[3])):
+        store.write("shared/record", Record(writer=sys.argv[2], n=n))
+    print(os.getpid())
+    """
+)
+
+
+def test_artifact_writers_with_the_same_pid_on_one_volume_do_not_collide(tmp_path):
+    writers = [
+        subprocess.Popen(
+            ["unshare", "--pid", "--fork", sys.executable, "-c", WRITER, str(tmp_path), who, "1500"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for who in ("a", "b")
+    ]
+    outcomes = [(w.wait(timeout=300), *w.communicate()) for w in writers]
+    for code, out, err in outcomes:
+        assert code == 0, err[-2000:]
+        assert out.strip() == "1", "each writer is pid 1 in its own pid namespace, as in a pod"
+    final = ArtifactStore(tmp_path).read("shared/record", _Record)
+    assert final is not None and final.n == 1499, "the last write of one writer, intact"
+    assert not list((tmp_path / "shared").glob("*.tmp")), "no temp file left behind"
+
+
+def test_an_artifact_write_fsyncs_the_file_then_its_directory(tmp_path, monkeypatch):
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    path = ArtifactStore(tmp_path).write("a/b", Policy.initial(["w0"]))
+    assert len(synced) == 2 and synced[0].startswith(str(path.parent / ".b.json."))
+    assert synced[1] == str(path.parent), "the rename is made durable by syncing the directory"
+
+
+def _blocked_flock_on(path: Path) -> bool:
+    ino = path.stat().st_ino
+    return any("->" in line and "FLOCK" in line and f":{ino} " in line for line in Path("/proc/locks").open())
+
+
+def test_two_builds_of_one_world_at_once_build_it_once(tmp_path, monkeypatch):
+    worlds = LocalWorlds(tmp_path / "worlds", tmp_path / "forks")
+    real_build = rl_assets.worlds.build_world
+    builds: list[str] = []
+    first_inside, release = threading.Event(), threading.Event()
+
+    def held_build(world_id: str, root: Path) -> None:
+        builds.append(threading.current_thread().name)
+        if len(builds) == 1:
+            first_inside.set()
+            assert release.wait(120)
+        real_build(world_id, root)
+
+    monkeypatch.setattr(rl_assets.worlds, "build_world", held_build)
+    results: dict[str, tuple[str, bool]] = {}
+
+    def build(who: str) -> None:
+        results[who] = worlds.ensure_built("w0")
+
+    first = threading.Thread(target=build, args=("first",), name="first")
+    first.start()
+    assert first_inside.wait(60)
+    second = threading.Thread(target=build, args=("second",), name="second")
+    second.start()
+    wait_for(
+        lambda: not second.is_alive() or _blocked_flock_on(tmp_path / "worlds" / ".w0.lock"),
+        "the second build done or waiting for the world's lock",
+    )
+    release.set()
+    first.join(60)
+    second.join(60)
+
+    assert builds == ["first"], f"built by {builds}"
+    digest, built_now = results["first"]
+    assert built_now and results["second"] == (digest, False)
+    assert worlds.audited_hash("w0") == worlds.verified_hash("w0") == digest
