@@ -23,10 +23,11 @@ import dagster as dg
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
-from rl_assets.driver.planner import Plan, driver_lock_id, plan
+from rl_assets.driver.planner import Plan, plan
 from rl_assets.environment import launch_tags
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.stores.locks import driver_lock, try_lock, unlock
 from rl_assets.tags import RUBRIC_TAG
 
 RESCORE_EXPERIMENTS_ENV = "RL_ASSETS_RESCORE_EXPERIMENTS"
@@ -34,12 +35,11 @@ RESCORE_EXPERIMENTS_ENV = "RL_ASSETS_RESCORE_EXPERIMENTS"
 
 def _held_by_cli_driver(state: Stores, experiment: str) -> bool:
     conn = state.db.connection()
-    lock_id = driver_lock_id(experiment)
     with conn, conn.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", (lock_id,))
-        acquired = cur.fetchone()[0]
+        lock = driver_lock(cur, experiment)
+        acquired = try_lock(cur, lock)
         if acquired:
-            cur.execute("SELECT pg_advisory_unlock(%s)", (lock_id,))
+            unlock(cur, lock)
     return not acquired
 
 
