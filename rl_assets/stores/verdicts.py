@@ -248,14 +248,14 @@ class VerdictLedger:
                 return cached, True
             if reserve is not None:
                 reserve()
-            call_id = self._claim(key, experiment, trial_id, cause or cause_now)
+            call_id = self.claim(key, experiment, trial_id, cause or cause_now)
             pending = _PendingCall(self, key, call_id, call, lock)
             return pending.wait(timeout_s), False
         finally:
             if pending is None or not pending.abandoned:
                 lock.release()
 
-    def _claim(self, key: str, experiment: str, trial_id: str, damaged: str | None) -> int:
+    def claim(self, key: str, experiment: str, trial_id: str, damaged: str | None) -> int:
         """Record a call about to be made, and why if an earlier call was made; under the key's lock."""
         with self.db.transaction() as cur:
             cur.execute(
