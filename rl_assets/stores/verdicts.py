@@ -88,8 +88,8 @@ def verdict_key(trajectory_hash: str, rubric_hash: str, judge_id: str) -> str:
     return f"{trajectory_hash}:{rubric_hash}:{judge_id}"
 
 
-def call_outcome(status: str, timed_out: bool, locked: bool) -> str:
-    """What became of one call, from its row; ``locked``: whether its key's lock is held by anyone now."""
+def call_outcome(status: str, timed_out: bool, in_flight: bool) -> str:
+    """What became of one call, from its row; ``in_flight``: a ``claimed`` call whose key's lock is held."""
     if status == "done":
         return LATE_ANSWER_USED if timed_out else ANSWERED
     if timed_out:
@@ -98,14 +98,14 @@ def call_outcome(status: str, timed_out: bool, locked: bool) -> str:
         return ERROR
     if status == "duplicate":
         return DUPLICATE
-    return IN_FLIGHT if locked else DIED
+    return IN_FLIGHT if in_flight else DIED
 
 
 def recall_cause(status: str, timed_out: bool) -> str:
     """Why a call was made after the one described by ``(status, timed_out)``, which is no longer in flight."""
     if status in ("done", "duplicate"):
         return MISSING  # it recorded a verdict, which is gone (``verdict damaged`` is known when it is deleted)
-    return call_outcome(status, timed_out, locked=False)
+    return call_outcome(status, timed_out, in_flight=False)
 
 
 def verdict_lock(key: str) -> LockKey:
@@ -336,12 +336,14 @@ class VerdictLedger:
                 (experiment,),
             )
             rows = cur.fetchall()
-            locked = {key: is_held(cur, verdict_lock(key)) for key, status, _, _ in rows if status == "claimed"}
+            newest = {key: i for i, (key, _, _, _) in enumerate(rows)}
+            # Only a key's newest call can be in flight: each call was claimed after the one before it ended.
+            in_flight = {i for key, i in newest.items() if rows[i][1] == "claimed" and is_held(cur, verdict_lock(key))}
         outcomes: Counter[str] = Counter()
         causes: Counter[str] = Counter()
         last: dict[str, tuple[str, bool]] = {}
-        for key, status, timed_out, cause in rows:
-            outcomes[call_outcome(status, timed_out, locked.get(key, False))] += 1
+        for i, (key, status, timed_out, cause) in enumerate(rows):
+            outcomes[call_outcome(status, timed_out, i in in_flight)] += 1
             if key in last:
                 causes[cause or recall_cause(*last[key])] += 1
             last[key] = (status, timed_out)
