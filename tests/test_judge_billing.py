@@ -234,3 +234,27 @@ def test_two_writers_of_one_key_both_return_the_stored_verdict(stores):
     assert stores.verdicts.billing(experiment)["outcomes"] == {ANSWERED: 1, DUPLICATE: 1}
     for ledger in ledgers:
         ledger.db.close()
+
+
+def test_a_call_that_times_out_and_then_fails_is_a_timeout_and_the_retry_pays_once_more(stores):
+    """The retry waits for the abandoned call; when it fails instead of answering, the retry pays, for a timeout."""
+    trajectory, experiment = _trajectory(), _experiment()
+    key = f"{experiment}:{trajectory.content_hash}:{RUBRIC.content_hash}:test"
+    failing_late = threading.Event()
+
+    def fails_late() -> Verdict:
+        failing_late.wait(60)
+        raise JudgeUnavailable("connection reset after the request was sent")
+
+    with pytest.raises(JudgeTimeout):
+        stores.verdicts.judge_once(key, experiment, trajectory.trial_id, fails_late, timeout_s=0.2)
+    failing_late.set()
+    verdict, hit = stores.verdicts.judge_once(
+        key, experiment, trajectory.trial_id, lambda: simulated_judge(trajectory, RUBRIC), timeout_s=30
+    )
+    assert not hit and verdict == simulated_judge(trajectory, RUBRIC)
+    assert _calls(stores.db, experiment) == [
+        ("error", True, None, "JudgeUnavailable: connection reset after the request was sent"),
+        ("done", False, TIMEOUT, None),
+    ]
+    assert stores.verdicts.billing(experiment)["outcomes"] == {TIMEOUT: 1, ANSWERED: 1}

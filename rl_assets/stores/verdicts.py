@@ -162,8 +162,10 @@ class _PendingCall:
         db = Database(self.ledger.db.info)  # a connection of this thread's own: the caller's may be in use
         try:
             VerdictLedger(db).record(self.key, self.call_id, outcome)
-        except BaseException:  # the call's own error, now recorded: there is no caller left to raise it to
-            pass
+        except BaseException as err:
+            if err is not outcome:
+                raise  # the record itself failed: the claim stays ``timed_out``, which is what the ledger knows
+            # else the call's own error, now recorded: there is no caller left to raise it to
         finally:
             db.close()
             self.lock.release()
