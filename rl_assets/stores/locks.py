@@ -110,11 +110,11 @@ def driver_lock(cur: psycopg2.extensions.cursor, experiment: str) -> LockKey:
 
 
 class SessionLock:
-    """A session-level lock on a connection of its own, held across transactions and threads' lifetimes.
+    """A session-level lock on a connection of its own, so that it outlives any one transaction.
 
-    Only one thread may use an instance at a time; it may be handed from one
-    thread to another (a timed-out judge call hands its lock to the thread
-    that waits for the late answer).
+    Only one thread may use an instance at a time, but it may be handed from
+    one thread to another: a timed-out judge call's lock passes to the thread
+    that records the late answer.
     """
 
     def __init__(self, info: PostgresInfo, lock: LockKey) -> None:
