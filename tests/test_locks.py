@@ -167,7 +167,14 @@ def test_a_call_in_flight_across_a_postgres_restart_stores_its_verdict_and_does_
         simulated_judge(stored_before, RUBRIC),
         True,
     ), "a verdict stored before the restart is the result after it"
-    assert _statuses(stores.db, experiment) == [("done", None), ("done", None)]
+    after = _trajectory()  # judged through the ledger whose idle lock connection the restart dropped
+    assert stores.verdicts.judge_once(
+        f"{experiment}:after", experiment, "t", lambda: simulated_judge(after, RUBRIC)
+    ) == (
+        simulated_judge(after, RUBRIC),
+        False,
+    )
+    assert _statuses(stores.db, experiment) == [("done", None)] * 3
 
 
 def test_two_writers_of_one_key_across_a_restart_both_return_the_stored_verdict(home, stores):

@@ -27,6 +27,7 @@ must not fail for it.
 
 from __future__ import annotations
 
+import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -109,6 +110,42 @@ def driver_lock(cur: psycopg2.extensions.cursor, experiment: str) -> LockKey:
     return LockKey(LockSpace.DRIVER, int(row[0]))
 
 
+class IdleConnections:
+    """Connections kept open between session locks.
+
+    A verdict lock is taken for every paid judge call, and opening a
+    connection for each costs several times the rest of the call's
+    bookkeeping. A connection comes back only after its lock was released, so
+    an idle one holds nothing; one that a restart dropped is found out on use.
+    """
+
+    def __init__(self, info: PostgresInfo, keep: int = 4) -> None:
+        self.info = info
+        self.keep = keep
+        self._idle: list[psycopg2.extensions.connection] = []
+        self._mutex = threading.Lock()  # a timed-out call's thread gives its connection back
+
+    def connect(self) -> psycopg2.extensions.connection:
+        conn = self.info.connect()
+        conn.autocommit = True
+        return conn
+
+    def take(self) -> psycopg2.extensions.connection:
+        with self._mutex:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn
+        return self.connect()
+
+    def give(self, conn: psycopg2.extensions.connection) -> None:
+        with self._mutex:
+            if not conn.closed and len(self._idle) < self.keep:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+
 class SessionLock:
     """A session-level lock on a connection of its own, so that it outlives any one transaction.
 
@@ -117,17 +154,22 @@ class SessionLock:
     that records the late answer.
     """
 
-    def __init__(self, info: PostgresInfo, lock: LockKey) -> None:
-        self.info = info
+    def __init__(self, info: PostgresInfo, lock: LockKey, connections: IdleConnections | None = None) -> None:
         self.lock = lock
+        self._connections = connections or IdleConnections(info, keep=0)
         self._conn: psycopg2.extensions.connection | None = None
 
     def _try(self) -> bool:
         if self._conn is None or self._conn.closed:
-            self._conn = self.info.connect()
-            self._conn.autocommit = True
-        with self._conn.cursor() as cur:
-            return try_lock(cur, self.lock)
+            self._conn = self._connections.take()
+        try:
+            with self._conn.cursor() as cur:
+                return try_lock(cur, self.lock)
+        except LOST_CONNECTION:  # an idle connection that a restart dropped: once more, on a new one
+            self.close()
+            self._conn = self._connections.connect()
+            with self._conn.cursor() as cur:
+                return try_lock(cur, self.lock)
 
     def acquire(self, wait_s: float | None = None) -> bool:
         """Take the lock, waiting for it at most ``wait_s`` (None: for as long as it takes)."""
@@ -156,18 +198,22 @@ class SessionLock:
 
     def release(self) -> None:
         """Give the lock up; if its connection is already gone, so is the lock, and that is not an error."""
-        if self._conn is None:
+        conn, self._conn = self._conn, None
+        if conn is None or conn.closed:
             return
         try:
-            if not self._conn.closed:
-                with self._conn.cursor() as cur:
-                    unlock(cur, self.lock)
-        except LOST_CONNECTION:
-            pass  # the server dropped the connection (a restart): it released the lock when it did
-        finally:
-            self.close()
+            with conn.cursor() as cur:
+                released = unlock(cur, self.lock)
+        except LOST_CONNECTION:  # the server dropped the connection (a restart): it released the lock when it did
+            conn.close()
+            return
+        if released:
+            self._connections.give(conn)  # it holds nothing now
+        else:
+            conn.close()
 
     def close(self) -> None:
+        """Close the connection, and with it the lock if it was held."""
         if self._conn is not None and not self._conn.closed:
             self._conn.close()
         self._conn = None

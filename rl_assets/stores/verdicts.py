@@ -59,7 +59,7 @@ from typing import Any, TypeVar
 
 from rl_assets.domain.models import Verdict
 from rl_assets.stores.database import RECONNECT_TIMEOUT_S, TRANSIENT_DB_ERRORS, Database
-from rl_assets.stores.locks import LockKey, LockSpace, SessionLock, hashed, is_held
+from rl_assets.stores.locks import IdleConnections, LockKey, LockSpace, SessionLock, hashed, is_held
 
 ANSWERED = "answered"
 LATE_ANSWER_USED = "timeout, late answer used"
@@ -185,6 +185,7 @@ class _PendingCall:
 class VerdictLedger:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._lock_connections = IdleConnections(db.info)
 
     def get(self, key: str) -> Verdict | None:
         """The recorded verdict, or None; raises :class:`CorruptVerdictError` if it was modified."""
@@ -240,7 +241,7 @@ class VerdictLedger:
         cached, cause = self._usable(key)
         if cached is not None:
             return cached, True
-        lock = SessionLock(self.db.info, verdict_lock(key))
+        lock = SessionLock(self.db.info, verdict_lock(key), self._lock_connections)
         if not lock.acquire(timeout_s):
             raise JudgeTimeout(f"an earlier call for this verdict was still running after {timeout_s:g}s")
         pending: _PendingCall | None = None
