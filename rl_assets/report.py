@@ -3,6 +3,9 @@
 Every figure comes from the ledgers (attempt logs, judge calls, training
 ledger, driver attempts), never from a process's memory, so the report of an
 experiment that survived crashes is as trustworthy as that of a clean one.
+Judge calls are reported with what became of each (answered, timed out with
+its late answer used, timeout, error, process died) and every extra call with
+its cause.
 """
 
 from __future__ import annotations
@@ -30,20 +33,6 @@ def evidence(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
     generation = _per_trial(stores, "rl_generation_attempts", name)
     judging = _per_trial(stores, "rl_judge_attempts", name)
     failed = stores.attempts.failed_trials(name)
-    with stores.db.transaction() as cur:
-        cur.execute(
-            "SELECT count(*), count(DISTINCT verdict_key), count(*) FILTER (WHERE status = 'claimed') "
-            "FROM rl_judge_calls WHERE experiment = %s",
-            (name,),
-        )
-        calls, keys, unfinished = cur.fetchone()
-        cur.execute(
-            "SELECT cause, count(*) FROM rl_judge_calls WHERE experiment = %s AND cause IS NOT NULL GROUP BY cause",
-            (name,),
-        )
-        causes = dict(cur.fetchall())
-    if unfinished:
-        causes["process died during the call"] = unfinished
     damage = stores.damage.history(f"{name}/", config.world_ids)
     result = experiment_result(stores, config)
     return {
@@ -59,12 +48,7 @@ def evidence(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
             "retried": sorted(t for t, (n, f) in judging.items() if f > 0),
             "attempts": sum(n for n, _ in judging.values()),
         },
-        "judge_calls": {
-            "calls": calls,
-            "verdicts": keys,
-            "extra_calls": calls - keys,
-            "extra_call_causes": causes,
-        },
+        "judge_calls": stores.verdicts.billing(name),
         "repairs": [
             {
                 "kind": d.kind,
@@ -95,6 +79,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"  judge calls   {c['calls']} for {c['verdicts']} verdicts (extra: {c['extra_calls']}"
         + "".join(f"; {cause}: {n}" for cause, n in c["extra_call_causes"].items())
         + ")",
+        "  call outcomes " + "; ".join(f"{outcome}: {n}" for outcome, n in sorted(c["outcomes"].items())),
         f"  train steps   {len(report['train_steps'])}, actor pid(s) {', '.join(map(str, pids)) or '-'}",
         f"  driver        {report['driver_attempts']} attempt(s)",
         *(

@@ -13,7 +13,7 @@ from rl_assets.domain.models import Rubric, Trajectory, Turn
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.services.postgres import PostgresInfo
 from rl_assets.stores.database import Database
-from rl_assets.stores.verdicts import VerdictLedger
+from rl_assets.stores.verdicts import DIED, VerdictLedger
 
 RUBRIC = Rubric(name="v1", correctness_weight=1.0, efficiency_weight=0.3, tidiness_weight=0.1)
 
@@ -102,3 +102,6 @@ def test_a_crash_during_the_call_is_counted_and_the_next_attempt_pays_again(stor
     )
     assert not hit and verdict.score == simulated_judge(trajectory, RUBRIC).score
     assert _calls(stores.db, key) == ["claimed", "done"], "the lost call stays counted"
+    with stores.db.transaction() as cur:
+        cur.execute("SELECT cause FROM rl_judge_calls WHERE verdict_key = %s ORDER BY id", (key,))
+        assert [r[0] for r in cur.fetchall()] == [None, DIED], "the extra call says why it was made"

@@ -31,7 +31,6 @@ from rl_assets.definitions import RECONSTRUCTABLE_JOBS
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.domain.runtime import Runtime
-from rl_assets.driver.planner import driver_lock_id
 from rl_assets.driver.run_worker import TEST_GATE_ENV
 from rl_assets.driver.runs import LAUNCHED_BY_TAG, TEST_DIE_AFTER_WORKER_START_ENV, reap_dead_runs
 from rl_assets.driver.sensor import driver_sensor
@@ -40,6 +39,7 @@ from rl_assets.resources.trainer import TrainerResource
 from rl_assets.services.processes import identity_alive
 from rl_assets.stores import sensor_requests
 from rl_assets.stores.artifacts import ArtifactStore
+from rl_assets.stores.locks import driver_lock
 from rl_assets.stores.training import STEP_LOCK_NAMESPACE
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
 from rl_assets.worlds import LocalWorlds
@@ -129,7 +129,9 @@ def test_a_cli_driver_starting_during_a_sensor_tick_waits_for_it_instead_of_givi
     name = "race-sensor-tick"
     _register(stores, name)
     log = tmp_path / "driver.err"
-    with sensor_requests.planning_lock(stores.db, driver_lock_id(name)) as tick:  # a tick planning this experiment
+    with stores.db.transaction() as cur:
+        lock = driver_lock(cur, name)
+    with sensor_requests.planning_lock(stores.db, lock) as tick:  # a tick planning this experiment
         assert tick is not None
         driver = _start_driver(home, name, log)
         try:

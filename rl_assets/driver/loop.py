@@ -7,10 +7,13 @@ the runs the plan asks for, at most ``max_concurrent_trials`` trials at once.
 Its only memory is which worker processes it started in this life, and losing
 that (a crash) is harmless: runs outlive the driver, and the next driver
 sees them in the instance. One driver per experiment at a time, enforced by a
-Postgres advisory lock held for the driver's life. The driver sensor holds the
-same lock (shared) while it plans the experiment, and a starting driver waits
-for it; runs the sensor requested but the daemon has not yet created count as
-in flight (:mod:`rl_assets.stores.sensor_requests`).
+Postgres advisory lock held for the driver's life (:func:`rl_assets.stores.locks.driver_lock`),
+on a connection of its own: a restarted Postgres drops the connection and with
+it the lock, which is then taken again on a new connection, or the driver stops
+if another driver took it in between. The driver sensor holds the same lock
+(shared) while it plans the experiment, and a starting driver waits for it;
+runs the sensor requested but the daemon has not yet created count as in
+flight (:mod:`rl_assets.stores.sensor_requests`).
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from dagster import DagsterInstance, RunsFilter
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
-from rl_assets.driver.planner import Plan, driver_lock_id, plan
+from rl_assets.driver.planner import Plan, plan
 from rl_assets.driver.runs import WorkerLauncher, create_run, reap_dead_runs
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
 from rl_assets.stores import sensor_requests
 from rl_assets.stores.database import TRANSIENT_DB_ERRORS, Database
+from rl_assets.stores.locks import SessionLock, driver_lock
 from rl_assets.tags import EXPERIMENT_TAG, SENSOR_REQUEST_TAG
 
 EXIT_BUSY = 75
@@ -71,44 +75,12 @@ def _ensure_trainer_cluster(home: Home) -> None:
         head.ensure_running()
 
 
-class _DriverLock:
-    """The experiment's driver lock, on a connection of its own.
-
-    A restarted Postgres drops the connection and with it the lock; the lock
-    is then taken again on a new connection, or the driver stops if another
-    driver took it in between.
-    """
-
-    def __init__(self, db: Database, experiment: str) -> None:
-        self.db = db
-        self.lock_id = driver_lock_id(experiment)
-        self.conn = None
-
-    def hold(self) -> bool:
-        if self.conn is not None:
-            try:
-                with self.conn.cursor() as cur:
-                    cur.execute("SELECT 1")
-                return True
-            except TRANSIENT_DB_ERRORS:
-                self.conn.close()
-        self.conn = self.db.info.connect()
-        self.conn.autocommit = True
-        with self.conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(%s)", (self.lock_id,))
-            held = bool(cur.fetchone()[0])
-        if not held:  # else the next call would take the open connection for a held lock
-            self.conn.close()
-            self.conn = None
-        return held
-
-
-def _take_lock(lock: _DriverLock, db: Database, experiment: str) -> bool:
+def _take_lock(lock: SessionLock, db: Database, experiment: str) -> bool:
     """Take the driver lock, waiting out a driver sensor's tick that is planning the experiment."""
     deadline = time.monotonic() + SENSOR_TICK_WAIT_S
     waited = False
     while not lock.hold():
-        if not sensor_requests.sensor_is_planning(db, driver_lock_id(experiment)) or time.monotonic() > deadline:
+        if not sensor_requests.sensor_is_planning(db, lock.lock) or time.monotonic() > deadline:
             return False
         if not waited:
             print(f"a driver sensor tick is planning {experiment!r}; waiting for it", file=sys.stderr)
@@ -130,12 +102,13 @@ def _sensor_runs_pending(instance: DagsterInstance, stores: Stores, experiment: 
 def drive(experiment: str, home: Home, rubric: str | None = None) -> int:
     db = Database.from_env()
     stores = Stores(home.root, db)
-    lock = _DriverLock(db, experiment)
+    config = stores.experiments.get(experiment)
+    with db.transaction() as cur:
+        lock = SessionLock(db.info, driver_lock(cur, experiment))
     if not _take_lock(lock, db, experiment):
         print(f"another driver is already running experiment {experiment!r}", file=sys.stderr)
         return EXIT_BUSY
     attempt = stores.attempts.record_driver_attempt(experiment, os.getpid())
-    config = stores.experiments.get(experiment)
     runtime = stores.experiments.runtime(experiment)
     launcher = WorkerLauncher()
     workers: dict[str, BaseProcess] = {}

@@ -11,7 +11,6 @@ Dagster recorded, so it is launched again.
 
 from __future__ import annotations
 
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
@@ -31,11 +30,6 @@ ACTIVE_STATUSES = {
     DagsterRunStatus.STARTED,
     DagsterRunStatus.CANCELING,
 }
-
-
-def driver_lock_id(experiment: str) -> int:
-    """The Postgres advisory lock a CLI driver holds for an experiment (the sensor skips it)."""
-    return zlib.crc32(f"driver:{experiment}".encode())
 
 
 TrialState = Literal["ok", "failed", "running", "pending"]

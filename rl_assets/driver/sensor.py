@@ -26,13 +26,19 @@ import dagster as dg
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
-from rl_assets.driver.planner import Plan, driver_lock_id, plan
+from rl_assets.driver.planner import Plan, plan
 from rl_assets.environment import launch_tags, rescore_experiments
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.settings import RESCORE_EXPERIMENTS_ENV
 from rl_assets.stores import sensor_requests
+from rl_assets.stores.locks import LockKey, driver_lock
 from rl_assets.tags import RUBRIC_TAG, SENSOR_REQUEST_TAG
+
+
+def _driver_lock(state: Stores, experiment: str) -> LockKey:
+    with state.db.transaction() as cur:
+        return driver_lock(cur, experiment)
 
 
 def _experiment_plans(instance: DagsterInstance, state: Stores, name: str) -> list[Plan]:
@@ -81,7 +87,7 @@ def _planned_requests(
     run_requests: list[dg.RunRequest] = []
     all_plans: list[Plan] = []
     for name in names:
-        with sensor_requests.planning_lock(state.db, driver_lock_id(name)) as cur:
+        with sensor_requests.planning_lock(state.db, _driver_lock(state, name)) as cur:
             if cur is None:
                 continue  # a CLI driver holds the experiment
             plans = plans_of(name)

@@ -5,6 +5,9 @@ and every call counts as billed. A real judge plugs in by replacing
 :meth:`JudgeResource._call`; ``api_key`` then comes from ``dg.EnvVar`` (a
 Kubernetes Secret in production) and is never logged or put in metadata.
 
+A call that times out is not paid for twice: the ledger records its late
+answer and uses it (see :mod:`rl_assets.stores.verdicts`).
+
 Two limits protect a paid API: the ``judge`` pool (Dagster's, set with
 ``dagster instance concurrency set judge N``) bounds concurrent calls, and
 ``max_calls_per_minute`` bounds their rate across every process.
@@ -12,7 +15,6 @@ Two limits protect a paid API: the ``judge`` pool (Dagster's, set with
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 
 import dagster as dg
@@ -21,10 +23,6 @@ from rl_assets.domain.models import Rubric, Trajectory, Verdict
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.stores.judge_rate import JudgeRateLimit
 from rl_assets.stores.verdicts import VerdictLedger, verdict_key
-
-
-class JudgeTimeout(RuntimeError):
-    """The judge did not answer in time (the call may still have been billed)."""
 
 
 class JudgeResource(dg.ConfigurableResource):
@@ -62,20 +60,11 @@ class JudgeResource(dg.ConfigurableResource):
             else JudgeRateLimit(ledger.db, self.judge_id, self.max_calls_per_minute)
         )
 
-        def call() -> Verdict:
-            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-            future = pool.submit(self._call, trajectory, rubric, latency_s)
-            try:
-                return future.result(timeout=timeout_s)
-            except concurrent.futures.TimeoutError:
-                raise JudgeTimeout(f"judge did not answer within {timeout_s}s") from None
-            finally:
-                pool.shutdown(wait=False)
-
         return ledger.judge_once(
             self.key(experiment, trajectory, rubric),
             experiment,
             trajectory.trial_id,
-            call,
+            lambda: self._call(trajectory, rubric, latency_s),
             reserve=None if limit is None else lambda: limit.acquire(self.rate_wait_s),
+            timeout_s=timeout_s,
         )

@@ -13,10 +13,10 @@ or wait until the oldest one leaves the window. Calls stay recorded for
 from __future__ import annotations
 
 import time
-import zlib
 from dataclasses import dataclass
 
 from rl_assets.stores.database import Database
+from rl_assets.stores.locks import LockSpace, hashed, xact_lock
 
 KEEP_S = 3600.0
 
@@ -39,10 +39,10 @@ class JudgeRateLimit:
     def acquire(self, timeout_s: float) -> float:
         """Take a slot for one call, waiting for the window if it is full; returns the seconds waited."""
         started = time.monotonic()
-        lock_id = zlib.crc32(f"judge-rate:{self.judge_id}".encode())
+        lock = hashed(LockSpace.JUDGE_RATE, self.judge_id)  # two judges sharing a hash only take turns
         while True:
             with self.db.transaction() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (lock_id,))
+                xact_lock(cur, lock)
                 cur.execute(
                     "DELETE FROM rl_judge_rate WHERE judge_id = %s "
                     "AND called_at <= clock_timestamp() - make_interval(secs => %s)",

@@ -20,12 +20,13 @@ from contextlib import contextmanager
 import psycopg2.extensions
 
 from rl_assets.stores.database import Database
+from rl_assets.stores.locks import LockKey
 
 PENDING_TTL_S = 120.0
 
 
 @contextmanager
-def planning_lock(db: Database, lock_id: int) -> Iterator[psycopg2.extensions.cursor | None]:
+def planning_lock(db: Database, lock: LockKey) -> Iterator[psycopg2.extensions.cursor | None]:
     """A cursor in a transaction holding the driver lock shared, or None if a CLI driver holds it.
 
     Shared, so two ticks (or two daemons) may plan at once (their run keys keep
@@ -35,22 +36,22 @@ def planning_lock(db: Database, lock_id: int) -> Iterator[psycopg2.extensions.cu
     conn = db.info.connect()
     try:
         with conn, conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_xact_lock_shared(%s)", (lock_id,))
+            cur.execute("SELECT pg_try_advisory_xact_lock_shared(%s, %s)", lock.args)
             yield cur if cur.fetchone()[0] else None
     finally:
         conn.close()
 
 
-def sensor_is_planning(db: Database, lock_id: int) -> bool:
+def sensor_is_planning(db: Database, lock: LockKey) -> bool:
     """True if only shared holders (sensor ticks) hold the driver lock, i.e. a CLI driver should wait, not give up."""
     conn = db.info.connect()
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock_shared(%s)", (lock_id,))
+            cur.execute("SELECT pg_try_advisory_lock_shared(%s, %s)", lock.args)
             shared = bool(cur.fetchone()[0])
             if shared:
-                cur.execute("SELECT pg_advisory_unlock_shared(%s)", (lock_id,))
+                cur.execute("SELECT pg_advisory_unlock_shared(%s, %s)", lock.args)
         return shared
     finally:
         conn.close()
