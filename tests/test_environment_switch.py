@@ -118,3 +118,17 @@ def test_k8s_rollout_fault_and_deadline_become_sandbox_errors_fake_api(fake_api)
     with pytest.raises(SandboxTimeout):
         store.rollout("w0", "ref", "s0-p0-n0", 2, _request, timeout_s=30)
     assert api.names("PersistentVolumeClaim") == [] and api.names("Pod") == [], "deleted after failures too"
+
+
+def test_world_build_run_gets_an_ephemeral_volume_tag_and_the_sensor_calls_no_api(monkeypatch):
+    """The driver sensor runs in the code server, whose account has no rights: it must create nothing."""
+    from rl_assets.environment import ENV_VAR, launch_tags
+
+    monkeypatch.setenv(ENV_VAR, "kubernetes")
+    store = K8sWorldStoreResource(namespace="rl-assets", image="rl-assets:0.1.0", world_size="3Gi")
+    store._api_client = object()  # any Kubernetes call would fail on it
+    (config,) = launch_tags("world_job", "w0", store).values()
+    (volume,) = json.loads(config)["pod_spec_config"]["volumes"]
+    claim = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == store.storage_class and claim["resources"]["requests"]["storage"] == "3Gi"
+    assert launch_tags("trial_job", "s0-p0-n0", store) == {}

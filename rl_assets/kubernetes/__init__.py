@@ -5,7 +5,7 @@ The pieces, one concept per module:
 
 - :mod:`~rl_assets.kubernetes.names`: deterministic object names and labels;
 - :mod:`~rl_assets.kubernetes.tiers`: resources and deadlines per tier of pod;
-- :mod:`~rl_assets.kubernetes.volumes`: world PVC, its VolumeSnapshot, per-attempt forks;
+- :mod:`~rl_assets.kubernetes.volumes`: the world's VolumeSnapshot and per-attempt forks;
 - :mod:`~rl_assets.kubernetes.pod_specs`: the rollout pod and each step's ``dagster-k8s/config``;
 - :mod:`~rl_assets.kubernetes.rollouts`: run a rollout pod, read its output, delete it;
 - :mod:`~rl_assets.kubernetes.executor`: the configured ``k8s_job_executor``.

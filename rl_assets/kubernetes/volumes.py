@@ -49,7 +49,7 @@ def _absent(err: ApiException) -> bool:
 
 
 class WorldVolumes:
-    """Creates and deletes the world PVCs, their snapshots and the per-attempt forks in one namespace."""
+    """Creates the world snapshots and creates and deletes the per-attempt forks in one namespace."""
 
     def __init__(
         self,
