@@ -77,12 +77,14 @@ class Settings(BaseModel):
             try:
                 check_experiment_name(name)
             except ValueError as err:
-                raise ValueError(f"{shown(name)}: an experiment name {err}, or '*' alone") from None
+                raise ValueError(
+                    f"must list experiment names (each {err}) or be '*' alone; {shown(name)} is not one"
+                ) from None
         return names
 
 
 _PROBLEMS = {
-    "literal_error": "must be one of {expected}",
+    "literal_error": "must be {expected}",
     "greater_than_equal": "must be at least {ge}",
     "less_than_equal": "must be at most {le}",
     "string_pattern_mismatch": "must be a Kubernetes name (lowercase letters, digits and '-', at most 63)",
@@ -99,4 +101,4 @@ def settings(environ: dict[str, str] | os._Environ[str] = os.environ) -> Setting
         variable = str(first["loc"][0])
         template = _PROBLEMS.get(first["type"])
         problem = template.format(**first.get("ctx", {})) if template else first["msg"].removeprefix("Value error, ")
-        raise BadEnvironmentError(f"${variable}: {problem} (got {shown(read.get(variable))})") from None
+        raise BadEnvironmentError(f"{variable} {problem} (got {shown(read.get(variable))})") from None

@@ -97,14 +97,14 @@ def test_a_bad_flag_is_refused_before_any_work(tmp_path, args, message):
 
 
 BAD_ENV = [
-    ({"RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE": "abc"}, "$RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE: must be a whole number"),
-    ({"RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE": "0"}, "$RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE: must be at least 1"),
-    ({"RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE": "1e9"}, "$RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE: must be a whole number"),
-    ({"RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE": str(10**9)}, "$RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE: must be at most"),
-    ({"RL_ASSETS_RESCORE_EXPERIMENTS": "ref,../x"}, "$RL_ASSETS_RESCORE_EXPERIMENTS: '../x': an experiment name must"),
-    ({"RL_ASSETS_RESCORE_EXPERIMENTS": "*,ref"}, "$RL_ASSETS_RESCORE_EXPERIMENTS: '*': an experiment name must"),
-    ({"RL_ASSETS_ENV": "k8s"}, "$RL_ASSETS_ENV: must be one of 'local' or 'kubernetes' (got 'k8s')"),
-    ({"RL_ASSETS_K8S_NAMESPACE": "Bad_NS"}, "$RL_ASSETS_K8S_NAMESPACE: must be a Kubernetes name"),
+    ({"RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE": "abc"}, "RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE must be a whole number"),
+    ({"RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE": "0"}, "RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE must be at least 1"),
+    ({"RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE": "1e9"}, "RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE must be a whole number"),
+    ({"RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE": str(10**9)}, "RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE must be at most"),
+    ({"RL_ASSETS_RESCORE_EXPERIMENTS": "ref,../x"}, "RL_ASSETS_RESCORE_EXPERIMENTS must list experiment names"),
+    ({"RL_ASSETS_RESCORE_EXPERIMENTS": "*,ref"}, "or be '*' alone; '*' is not one (got '*,ref')"),
+    ({"RL_ASSETS_ENV": "k8s"}, "RL_ASSETS_ENV must be 'local' or 'kubernetes' (got 'k8s')"),
+    ({"RL_ASSETS_K8S_NAMESPACE": "Bad_NS"}, "RL_ASSETS_K8S_NAMESPACE must be a Kubernetes name"),
 ]
 
 
