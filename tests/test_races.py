@@ -71,11 +71,15 @@ def _runs(instance, name: str):
 
 
 def _one_run_per_unit(instance, name: str) -> None:
-    units = [(r.job_name, r.tags[PARTITION_TAG]) for r in _runs(instance, name)]
-    assert sorted(units) == sorted(set(units)), f"a unit ran twice: {sorted(units)}"
+    runs = _runs(instance, name)
+    units = [(r.job_name, r.tags[PARTITION_TAG]) for r in runs]
+    described = sorted(
+        (r.job_name, r.tags[PARTITION_TAG], r.status.value, r.tags.get(LAUNCHED_BY_TAG, "")) for r in runs
+    )
+    assert sorted(units) == sorted(set(units)), f"a unit ran twice: {described}"
 
 
-def _launch_as_the_daemon_does(instance, request: dg.RunRequest) -> str:
+def _launch_as_the_daemon_does(instance, request: dg.RunRequest, log: Path) -> str:
     """Stand-in for the daemon's submission of a sensor's request: create the run with the request's tags, execute it.
 
     The daemon itself would do this at a moment of its choosing; here the moment is the test's, so the
@@ -86,13 +90,14 @@ def _launch_as_the_daemon_does(instance, request: dg.RunRequest) -> str:
     run = instance.create_run_for_job(
         job_def=job_def, tags={**job_def.tags, **request.tags}, job_code_origin=recon.get_python_origin()
     )
-    subprocess.Popen(
-        [sys.executable, "-m", "rl_assets.driver.run_worker", run.run_id],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        cwd=REPO,
-    )
+    with open(log, "ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "rl_assets.driver.run_worker", run.run_id],
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            cwd=REPO,
+        )
     return run.run_id
 
 
@@ -101,8 +106,8 @@ def test_runs_the_sensor_requested_are_in_flight_for_a_cli_driver_until_the_daem
 ):
     name = "race-sensor-requests"
     _register(stores, name)
-    context = dg.build_sensor_context(instance=instance, resources=resources())
-    result = driver_sensor(context)  # the tick: requests returned, no run created yet
+    with dg.build_sensor_context(instance=instance, resources=resources()) as context:
+        result = driver_sensor(context)  # the tick: requests returned, no run created yet
     requests = result.run_requests
     assert requests and not _runs(instance, name)
 
@@ -116,13 +121,13 @@ def test_runs_the_sensor_requested_are_in_flight_for_a_cli_driver_until_the_daem
         )
         assert not _runs(instance, name), "the CLI driver launched units the sensor had requested"
         for request in requests:
-            _launch_as_the_daemon_does(instance, request)
+            _launch_as_the_daemon_does(instance, request, tmp_path / "daemon-runs.log")
         assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
     finally:
         if driver.poll() is None:
             driver.kill()
     _one_run_per_unit(instance, name)
-    assert stores.training.get(name, "v1", 0) is not None
+    assert stores.training.get(name, "v1", 0) is not None, (tmp_path / "daemon-runs.log").read_text()[-3000:]
 
 
 def test_a_cli_driver_starting_during_a_sensor_tick_waits_for_it_instead_of_giving_up(home, stores, instance, tmp_path):

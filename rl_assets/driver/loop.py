@@ -152,18 +152,21 @@ def _pass(
     ``said`` holds the sensor requests already waited for, so each wait is reported once.
     """
     reap_dead_runs(instance, config.name)
-    p = plan(instance, stores, config, rubric)
-    crash_at = runtime.faults.crash_driver_at_step
-    if crash_at is not None and attempt == 1 and p.steps_trained > crash_at:
-        os.kill(os.getpid(), signal.SIGKILL)  # injected driver crash
-    if p.done:
-        return 0
+    # Before planning: a requested run created after this check was still pending at it, and one created
+    # before it is in the run storage the plan reads; checked after planning, a run created in between
+    # would be neither waited for nor seen.
     waiting_for = _sensor_runs_pending(instance, stores, config.name)
     if waiting_for:  # in flight: launching their units now would run them twice
         if waiting_for[0] not in said:
             said.add(waiting_for[0])
             print(f"waiting for {len(waiting_for)} runs the driver sensor requested", file=sys.stderr)
         return None
+    p = plan(instance, stores, config, rubric)
+    crash_at = runtime.faults.crash_driver_at_step
+    if crash_at is not None and attempt == 1 and p.steps_trained > crash_at:
+        os.kill(os.getpid(), signal.SIGKILL)  # injected driver crash
+    if p.done:
+        return 0
     _give_up_on_crashing_units(stores, p)
     _ensure_partitions(instance, STEP.name, [s.key for s in p.steps])
     for run_id in [rid for rid, w in workers.items() if not w.is_alive()]:
