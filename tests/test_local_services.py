@@ -9,6 +9,7 @@ cross-check, by a command-line sweep.
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import os
 import socket
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,6 +117,10 @@ def test_every_listener_of_the_home_is_on_loopback_during_a_run(home: Path, tmp_
         reachable = [p for p in sorted(ports) if _connects(address, p)]
         assert not reachable, f"ports reachable on {address}: {reachable}"
 
+    agent_http = {port: _http_status(port) for _, name, _, port in seen if name == "ray::DashboardAgent"}
+    assert 200 not in agent_http.values(), f"the dashboard agent answered without the token: {agent_http}"
+    assert {401, 403} & set(agent_http.values()), f"no token-guarded HTTP API found on the agent: {agent_http}"
+
     no_token = _env_without_token(tmp_path)
     refused = _ray_driver(os.environ["RL_ASSETS_RAY_ADDRESS"], no_token)
     assert "CONNECTED" not in refused.stdout and refused.returncode != 0
@@ -124,6 +131,17 @@ def test_every_listener_of_the_home_is_on_loopback_during_a_run(home: Path, tmp_
     assert "CONNECTED" not in wrong.stdout and wrong.returncode != 0
     allowed = _ray_driver(os.environ["RL_ASSETS_RAY_ADDRESS"], dict(os.environ))
     assert "CONNECTED" in allowed.stdout, allowed.stderr[-2000:]
+
+
+def _http_status(port: int) -> int | None:
+    """The status of an unauthenticated job-submission request (None: not HTTP, or gone)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/jobs/", timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except (OSError, http.client.HTTPException):
+        return None
 
 
 def _cmdline(pid: int) -> list[str]:
