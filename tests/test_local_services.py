@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import json
 import os
 import socket
 import subprocess
@@ -117,9 +118,13 @@ def test_every_listener_of_the_home_is_on_loopback_during_a_run(home: Path, tmp_
         reachable = [p for p in sorted(ports) if _connects(address, p)]
         assert not reachable, f"ports reachable on {address}: {reachable}"
 
-    agent_http = {port: _http_status(port) for _, name, _, port in seen if name == "ray::DashboardAgent"}
-    assert 200 not in agent_http.values(), f"the dashboard agent answered without the token: {agent_http}"
-    assert {401, 403} & set(agent_http.values()), f"no token-guarded HTTP API found on the agent: {agent_http}"
+    marker = tmp_path / "job-ran"
+    agent_http = {
+        port: _submit_job(port, f"touch {marker}") for _, name, _, port in seen if name == "ray::DashboardAgent"
+    }
+    assert {401, 403} & set(agent_http.values()), f"no token-guarded job API found on the agent: {agent_http}"
+    assert not any(code is not None and code < 300 for code in agent_http.values()), agent_http
+    assert not marker.exists(), "a job submitted without the token ran"
 
     no_token = _env_without_token(tmp_path)
     refused = _ray_driver(os.environ["RL_ASSETS_RAY_ADDRESS"], no_token)
@@ -133,10 +138,16 @@ def test_every_listener_of_the_home_is_on_loopback_during_a_run(home: Path, tmp_
     assert "CONNECTED" in allowed.stdout, allowed.stderr[-2000:]
 
 
-def _http_status(port: int) -> int | None:
-    """The status of an unauthenticated job-submission request (None: not HTTP, or gone)."""
+def _submit_job(port: int, entrypoint: str) -> int | None:
+    """Submit a job to the agent's job API without the token: the HTTP status (None: not HTTP)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/job_agent/jobs/",
+        data=json.dumps({"entrypoint": entrypoint}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/jobs/", timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.status
     except urllib.error.HTTPError as err:
         return err.code
@@ -219,7 +230,8 @@ def test_stop_ends_every_process_of_the_home_and_frees_its_ports(fresh_home: Pat
     assert len(sessions) == 2
     pids = {p.pid for s in sessions for p in s.members()}
     ports = {port for s in sessions for _, port in s.listening_ports()}
-    assert len(pids) > 10 and ports
+    names = {p.name() for s in sessions for p in s.members()}
+    assert {"postgres", "raylet", "gcs_server"} <= names and ports, names
     runtime = deployment.home.runtime
     assert runtime.is_dir()
 

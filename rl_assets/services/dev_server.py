@@ -75,13 +75,14 @@ class DevServer:
         return 0 if received else (proc.returncode or 0)
 
     def _shut_down(self, proc: subprocess.Popen, session: Session, port: int) -> None:
+        tree = session.members()  # now, while dagster dev can still name its children
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # dagster dev's own Ctrl-C path: stops webserver and daemon
             try:
                 proc.wait(timeout=GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
-        session.end()
+        session.end(also=tree)
         proc.poll()
         wait_ports_closed({port})
         self.session_file.unlink(missing_ok=True)
