@@ -42,6 +42,17 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _unix_sockets(procs) -> set[str]:
+    """Filesystem paths of the listening unix sockets of ``procs`` (abstract ones have no path)."""
+    found = set()
+    for proc in procs:
+        try:
+            found |= {c.laddr for c in proc.net_connections("unix") if c.laddr and not c.laddr.startswith("\0")}
+        except psutil.Error:
+            continue
+    return {p for p in found if p.startswith("/")}
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_dev_ends_everything_it_started(home: Path, stop_signal: signal.Signals) -> None:
     port = free_loopback_port()
@@ -64,6 +75,10 @@ def test_dev_ends_everything_it_started(home: Path, stop_signal: signal.Signals)
         started.update((p.pid, p) for p in session.members())
         names = " ".join(" ".join(p.cmdline()) for p in started.values() if _alive(p))
         assert "dagster" in names and ("code-server" in names or "grpc" in names), names
+
+        for path in _unix_sockets(started.values()):
+            st = os.stat(Path(path).parent)
+            assert st.st_uid == os.geteuid() and st.st_mode & 0o077 == 0, f"socket {path} is in a shared directory"
 
         os.kill(dev.pid, stop_signal)
         dev.wait(timeout=STOP_BOUND_S)

@@ -9,13 +9,17 @@ cross-check, by a command-line sweep.
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
+import json
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,6 +118,14 @@ def test_every_listener_of_the_home_is_on_loopback_during_a_run(home: Path, tmp_
         reachable = [p for p in sorted(ports) if _connects(address, p)]
         assert not reachable, f"ports reachable on {address}: {reachable}"
 
+    marker = tmp_path / "job-ran"
+    agent_http = {
+        port: _submit_job(port, f"touch {marker}") for _, name, _, port in seen if name == "ray::DashboardAgent"
+    }
+    assert {401, 403} & set(agent_http.values()), f"no token-guarded job API found on the agent: {agent_http}"
+    assert not any(code is not None and code < 300 for code in agent_http.values()), agent_http
+    assert not marker.exists(), "a job submitted without the token ran"
+
     no_token = _env_without_token(tmp_path)
     refused = _ray_driver(os.environ["RL_ASSETS_RAY_ADDRESS"], no_token)
     assert "CONNECTED" not in refused.stdout and refused.returncode != 0
@@ -124,6 +136,23 @@ def test_every_listener_of_the_home_is_on_loopback_during_a_run(home: Path, tmp_
     assert "CONNECTED" not in wrong.stdout and wrong.returncode != 0
     allowed = _ray_driver(os.environ["RL_ASSETS_RAY_ADDRESS"], dict(os.environ))
     assert "CONNECTED" in allowed.stdout, allowed.stderr[-2000:]
+
+
+def _submit_job(port: int, entrypoint: str) -> int | None:
+    """Submit a job to the agent's job API without the token: the HTTP status (None: not HTTP)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/job_agent/jobs/",
+        data=json.dumps({"entrypoint": entrypoint}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except (OSError, http.client.HTTPException):
+        return None
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -201,7 +230,8 @@ def test_stop_ends_every_process_of_the_home_and_frees_its_ports(fresh_home: Pat
     assert len(sessions) == 2
     pids = {p.pid for s in sessions for p in s.members()}
     ports = {port for s in sessions for _, port in s.listening_ports()}
-    assert len(pids) > 10 and ports
+    names = {p.name() for s in sessions for p in s.members()}
+    assert {"postgres", "raylet", "gcs_server"} <= names and ports, names
     runtime = deployment.home.runtime
     assert runtime.is_dir()
 

@@ -16,13 +16,14 @@ using them): ``dev`` starts them if they are down, leaves them running, and
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 from types import FrameType
 
-from rl_assets.home import Home, HomeError
+from rl_assets.home import Home, HomeError, ensure_private_dir
 from rl_assets.services.processes import Session, wait_ports_closed
 
 GRACE_S = 10.0
@@ -53,7 +54,9 @@ class DevServer:
         previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
         cmd = [sys.executable, "-m", "dagster", "dev", "-m", "rl_assets.definitions", "-h", host, "-p", str(port)]
         print(f"Dagster UI on http://{host}:{port} for home {self.home.root}", file=sys.stderr)
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+        # Dagster's code servers listen on unix sockets in the temp folder: make that a private one.
+        env = {**os.environ, "TMPDIR": str(ensure_private_dir(self.home.runtime / "dev"))}
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         session = Session.led_by(proc.pid)
         session.save(self.session_file)
         try:
@@ -72,13 +75,14 @@ class DevServer:
         return 0 if received else (proc.returncode or 0)
 
     def _shut_down(self, proc: subprocess.Popen, session: Session, port: int) -> None:
+        tree = session.members()  # now, while dagster dev can still name its children
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # dagster dev's own Ctrl-C path: stops webserver and daemon
             try:
                 proc.wait(timeout=GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
-        session.end()
+        session.end(also=tree)
         proc.poll()
         wait_ports_closed({port})
         self.session_file.unlink(missing_ok=True)

@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -143,15 +144,19 @@ class Session:
                 continue
         return found
 
-    def end(self, timeout: float = 15.0) -> list[int]:
+    def end(self, timeout: float = 15.0, also: Iterable[psutil.Process] = ()) -> list[int]:
         """SIGTERM every member, SIGKILL what outlives ``timeout``, and verify none is left.
 
-        Members started while ending (a raylet restarting a worker) are caught
-        by the passes that follow. Returns the pids ended.
+        The members are listed first, while the leader's descendants can still
+        be found through it, and ``also`` adds those listed earlier: a child
+        that left the session (Dagster's code servers start in sessions of
+        their own) is ended even once its parent is gone. Members started while ending (a raylet restarting a worker)
+        are caught by the passes that follow. Returns the pids ended.
         """
+        known = {p.pid: p for p in [*also, *self.members()]}
         ended: set[int] = set()
         deadline = time.monotonic() + timeout
-        while members := self.members():
+        while members := self._alive({**known, **{p.pid: p for p in self.members()}}):
             force = time.monotonic() > deadline
             for proc in members:
                 try:
@@ -163,6 +168,18 @@ class Session:
             if time.monotonic() > deadline + timeout:
                 raise RuntimeError(f"session {self.sid}: still alive after SIGKILL: {[p.pid for p in members]}")
         return sorted(ended)
+
+    @staticmethod
+    def _alive(procs: dict[int, psutil.Process]) -> list[psutil.Process]:
+        """The processes still running (the same processes: psutil checks their start time)."""
+        alive = []
+        for proc in procs.values():
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.Error:
+                continue
+        return alive
 
 
 def processes_mentioning(marker: str) -> list[psutil.Process]:

@@ -43,6 +43,7 @@ from rl_assets.services.private_files import ensure_secret
 from rl_assets.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
 
 RAY_ADDRESS_ENV = "RL_ASSETS_RAY_ADDRESS"
+START_ATTEMPTS = 2
 _SECRET_NAME = re.compile(r"PASSWORD|SECRET|API_KEY|^DAGSTER_PG_")
 
 
@@ -111,14 +112,11 @@ class LocalRayHead:
             f"--temp-dir={self.temp_dir}",
             "--object-store-memory=100000000",
         ]
-        with open(self.home.logs / "ray-start.log", "ab") as log:
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=log, env=head_env(self.home), stdin=subprocess.DEVNULL, start_new_session=True
-            )
-            Session.led_by(proc.pid).save(self.session_file)
-            returncode = proc.wait()
-        if returncode != 0:
-            raise RuntimeError(f"ray start failed; see {self.home.logs / 'ray-start.log'}")
+        for attempt in range(START_ATTEMPTS):
+            if self._start(cmd):
+                break
+            if attempt == START_ATTEMPTS - 1:
+                raise RuntimeError(f"ray start failed; see {self.home.logs / 'ray-start.log'}")
         deadline = time.monotonic() + 60
         while not port_is_open(port):
             if time.monotonic() > deadline:
@@ -127,6 +125,23 @@ class LocalRayHead:
         address = f"127.0.0.1:{port}"
         self.address_file.write_text(address)
         return address
+
+    def _start(self, cmd: list[str]) -> bool:
+        """One ``ray start``; on failure its session is ended, so a failed start leaves no process.
+
+        On a loaded machine the raylet can give up waiting for its agents (a slow
+        Python import); a second attempt then usually succeeds.
+        """
+        with open(self.home.logs / "ray-start.log", "ab") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=log, env=head_env(self.home), stdin=subprocess.DEVNULL, start_new_session=True
+            )
+            session = Session.led_by(proc.pid)
+            session.save(self.session_file)
+            if proc.wait() == 0:
+                return True
+        session.end()
+        return False
 
     def _previous_port(self) -> int | None:
         """The port of the head's last life, if free: run workers keep the address they were given."""
