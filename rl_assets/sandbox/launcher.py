@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import hashlib
 import json
 import os
 import re
@@ -139,10 +140,34 @@ _SYSCONFIG = (
 )
 
 
+Runtime = tuple[tuple[tuple[str, str], ...], tuple[str, ...], str]
+
+
 @functools.cache
-def _runtime(interpreter: str) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], str]:
-    """(binds, hidden dirs, interpreter): the interpreter, its shared libraries and stdlib, no site-packages."""
+def _runtime(interpreter: str) -> Runtime:
+    """(binds, hidden dirs, interpreter), cached per user: finding the libraries costs seconds on a loaded machine.
+
+    The cache is in the caller's own ``~/.cache/rl-assets`` (0700), never a shared temp dir, since it decides
+    what is bound into every sandbox; it is keyed by the interpreter's and its stdlib's identity.
+    """
     interpreter = os.path.realpath(interpreter)
+    key = hashlib.sha256(f"{interpreter}|{os.stat(interpreter).st_mtime_ns}|{sys.version}".encode()).hexdigest()
+    cache = Path.home() / ".cache" / "rl-assets" / f"sandbox-runtime-{key[:16]}.json"
+    with contextlib.suppress(OSError, ValueError):
+        binds, hidden, cached = json.loads(cache.read_text())
+        if all(os.path.exists(source) for source, _ in binds):
+            return tuple(map(tuple, binds)), tuple(hidden), cached
+    runtime = _find_runtime(interpreter)
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        staging = cache.with_suffix(f".{os.getpid()}.tmp")
+        staging.write_text(json.dumps(runtime))
+        os.replace(staging, cache)
+    return runtime
+
+
+def _find_runtime(interpreter: str) -> Runtime:
+    """The interpreter, its shared libraries and those of the stdlib's extension modules, the stdlib."""
     binds = {interpreter: interpreter}
     paths = json.loads(
         subprocess.run([interpreter, "-I", "-S", "-c", _SYSCONFIG], capture_output=True, check=True).stdout
@@ -276,6 +301,7 @@ class _Attempt:
             "command": [interpreter, "-S", "-E", "-s", "-B", f"/app/{self.program.entry}"],
         }
         self.cgroup = AttemptCgroup(self.limits) if root else None
+        self.deadline = time.monotonic() + self.timeout_s  # the timeout is the sandbox's, not our set-up's
         self.proc = subprocess.Popen(
             [self.program.interpreter, "-I", "-S", keeper.__file__],
             stdin=subprocess.PIPE,
@@ -313,6 +339,7 @@ class _Attempt:
             ):
                 os.dup2(fd, target)
 
+        self.deadline = time.monotonic() + self.timeout_s  # the timeout is the sandbox's, not our set-up's
         self.proc = subprocess.Popen(
             [self.program.interpreter, "-S", "-E", "-s", "-B", str(Path(self.scratch, self.program.entry))],
             stdin=subprocess.PIPE,
