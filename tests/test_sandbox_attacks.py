@@ -130,6 +130,17 @@ def _sandbox_processes(known: set[str]) -> set[int]:
     return found
 
 
+def _describe(pids: set[int]) -> list[str]:
+    described = []
+    for pid in pids:
+        try:
+            status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+            described.append(f"{pid} {status['Name']} {status['State']} ppid {status['PPid']}")
+        except (OSError, ValueError, KeyError):
+            described.append(f"{pid} (gone)")
+    return described
+
+
 def _user_namespaces() -> set[str]:
     found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -172,7 +183,10 @@ def attack(caller: str, arena: Path, home: Path, stores: Stores) -> Callable[...
 
     yield run
     assert _ledger_counts(stores) == ledgers, "Postgres answers and its ledgers are unchanged"
-    assert _sandbox_processes(namespaces) == set(), "no process of the attempt is left"
+    deadline = time.monotonic() + 5  # a SIGKILLed process takes a moment to leave the process table
+    while (left := _sandbox_processes(namespaces)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == set(), f"no process of the attempt is left: {_describe(left)}"
     assert _mounts() == mounts, "no mount of the attempt is left on the host"
     assert not any("rl-assets-fork" in m for m in _mounts())
     assert _attempt_cgroups() == cgroups == set(), "the attempt's cgroups are removed"
