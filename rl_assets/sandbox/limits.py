@@ -71,14 +71,6 @@ class AttemptCgroup:
             for file, value in files.items():
                 (path / file).write_text(value)
 
-    @staticmethod
-    def available() -> list[str]:
-        """The controllers' hierarchies where this process can create a cgroup (probed with a real one)."""
-        probe = AttemptCgroup(Limits())
-        names = [p.parent.name for p in probe.dirs]
-        probe.kill_and_remove()
-        return names
-
     def add(self, pid: int) -> None:
         for path in self.dirs:
             (path / "cgroup.procs").write_text(str(pid))
