@@ -124,6 +124,10 @@ def isolation() -> Isolation:
     return Isolation("none", overlay=False, prefix=())
 
 
+_SYSCONFIG = (
+    "import json, sysconfig; print(json.dumps([sysconfig.get_path(k) for k in "
+    "('stdlib', 'platstdlib', 'purelib', 'platlib')]))"
+)
 Runtime = tuple[tuple[tuple[str, str], ...], tuple[str, ...], str]
 
 
