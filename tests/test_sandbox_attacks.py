@@ -33,7 +33,7 @@ from rl_assets.domain.world import world_secret
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
 from rl_assets.sandbox.launcher import REFERENCE_AGENT, AgentProgram, SandboxTimeout, isolation, run_sandbox
-from rl_assets.sandbox.limits import CGROUP_ROOT, Limits
+from rl_assets.sandbox.limits import CGROUP_ROOT, PREFIX, Limits
 from rl_assets.sandbox.protocol import RESULT_MARKER, SandboxRequest
 from rl_assets.services.postgres import PostgresInfo
 from rl_assets.worlds import LocalWorlds
@@ -130,6 +130,17 @@ def _sandbox_processes(known: set[str]) -> set[int]:
     return found
 
 
+def _describe(pids: set[int]) -> list[str]:
+    described = []
+    for pid in pids:
+        try:
+            status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+            described.append(f"{pid} {status['Name']} {status['State']} ppid {status['PPid']}")
+        except (OSError, ValueError, KeyError):
+            described.append(f"{pid} (gone)")
+    return described
+
+
 def _user_namespaces() -> set[str]:
     found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -144,15 +155,16 @@ def _mounts() -> set[str]:
     return {" ".join(line.split()[3:5]) for line in Path("/proc/self/mountinfo").read_text().splitlines()}
 
 
-def _attempt_cgroups() -> list[Path]:
-    return [p for c in ("pids", "memory", "cpu", "unified") for p in (CGROUP_ROOT / c).glob("rl-assets-*")]
+def _attempt_cgroups() -> set[Path]:
+    """This process's attempt cgroups (named by the launcher's pid: other launchers may run concurrently)."""
+    return {p for c in ("pids", "memory", "cpu", "unified") for p in (CGROUP_ROOT / c).glob(f"{PREFIX}{os.getpid()}-*")}
 
 
 @pytest.fixture
 def attack(caller: str, arena: Path, home: Path, stores: Stores) -> Callable[..., Outcome]:
     """Run a hostile rollout through the real launcher; afterwards check that it left nothing and harmed nothing."""
     worlds = LocalWorlds(arena / "worlds", arena / "forks")
-    ledgers, namespaces, mounts = _ledger_counts(stores), _user_namespaces(), _mounts()
+    ledgers, namespaces, mounts, cgroups = _ledger_counts(stores), _user_namespaces(), _mounts(), _attempt_cgroups()
 
     def run(name: str, params: dict, limits: Limits | None = None, timeout_s: float = 30) -> Outcome:
         limits = limits or Limits()
@@ -171,10 +183,13 @@ def attack(caller: str, arena: Path, home: Path, stores: Stores) -> Callable[...
 
     yield run
     assert _ledger_counts(stores) == ledgers, "Postgres answers and its ledgers are unchanged"
-    assert _sandbox_processes(namespaces) == set(), "no process of the attempt is left"
+    deadline = time.monotonic() + 5  # a SIGKILLed process takes a moment to leave the process table
+    while (left := _sandbox_processes(namespaces)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == set(), f"no process of the attempt is left: {_describe(left)}"
     assert _mounts() == mounts, "no mount of the attempt is left on the host"
     assert not any("rl-assets-fork" in m for m in _mounts())
-    assert _attempt_cgroups() == [], "the attempt's cgroups are removed"
+    assert _attempt_cgroups() == cgroups == set(), "the attempt's cgroups are removed"
     assert list((arena / "forks").iterdir()) == [], "the fork is removed"
 
 

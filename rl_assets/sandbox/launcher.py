@@ -124,22 +124,10 @@ def isolation() -> Isolation:
     return Isolation("none", overlay=False, prefix=())
 
 
-def sandbox_description() -> str:
-    """One line for metadata: the boundary and which limits apply on this machine."""
-    iso = isolation()
-    if iso.name != "bwrap":
-        return "none: plain process, plain-copy fork, no user namespaces on this machine"
-    cgroup = AttemptCgroup.available()
-    where = f"cgroup {', '.join(cgroup)}" if cgroup else "no writable cgroup (rlimits only)"
-    return f"bwrap: userns uid {SANDBOX_UID}, no capabilities, seccomp, pivot_root; {where}"
-
-
 _SYSCONFIG = (
     "import json, sysconfig; print(json.dumps([sysconfig.get_path(k) for k in "
     "('stdlib', 'platstdlib', 'purelib', 'platlib')]))"
 )
-
-
 Runtime = tuple[tuple[tuple[str, str], ...], tuple[str, ...], str]
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+PREFIX = "rl-assets-"
+"""Attempt cgroups are ``rl-assets-<launcher pid>-<random>``: one whose launcher is dead was left by a SIGKILL."""
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,11 @@ class AttemptCgroup:
 
     def __init__(self, limits: Limits) -> None:
         self.dirs: list[Path] = []
-        name = f"rl-assets-{uuid.uuid4().hex[:12]}"
+        name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         for controller, files in _controllers(limits).items():
-            path = (CGROUP_ROOT / controller if controller else _unified()) / name
+            parent = CGROUP_ROOT / controller if controller else _unified()
+            _remove_orphans(parent)
+            path = parent / name
             try:
                 path.mkdir()
             except OSError:
@@ -66,14 +70,6 @@ class AttemptCgroup:
             self.dirs.append(path)
             for file, value in files.items():
                 (path / file).write_text(value)
-
-    @staticmethod
-    def available() -> list[str]:
-        """The controllers' hierarchies where this process can create a cgroup (probed with a real one)."""
-        probe = AttemptCgroup(Limits())
-        names = [p.parent.name for p in probe.dirs]
-        probe.kill_and_remove()
-        return names
 
     def add(self, pid: int) -> None:
         for path in self.dirs:
@@ -105,6 +101,15 @@ class AttemptCgroup:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"processes of a sandbox attempt outlived SIGKILL in {path}") from None
                     time.sleep(0.01)  # a killed process takes a moment to leave its cgroup
+
+
+def _remove_orphans(parent: Path) -> None:
+    """Remove the empty attempt cgroups of launchers that died (SIGKILLed mid-attempt, they could not)."""
+    for path in parent.glob(f"{PREFIX}*"):
+        pid = path.name[len(PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):  # not empty yet, or another launcher removed it first
+                path.rmdir()
 
 
 def _unified() -> Path:
