@@ -39,8 +39,7 @@ from rl_assets.resources.trainer import TrainerResource
 from rl_assets.services.processes import identity_alive
 from rl_assets.stores import sensor_requests
 from rl_assets.stores.artifacts import ArtifactStore
-from rl_assets.stores.locks import driver_lock
-from rl_assets.stores.training import STEP_LOCK_NAMESPACE
+from rl_assets.stores.locks import LockSpace, driver_lock
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
 from rl_assets.worlds import LocalWorlds
 
@@ -221,7 +220,7 @@ def _step_lock_waiters(stores) -> int:
     return int(
         stores.db.scalar(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = %s",
-            (STEP_LOCK_NAMESPACE,),
+            (int(LockSpace.TRAIN_STEP),),
         )
     )
 

@@ -21,7 +21,6 @@ import math
 import os
 import shutil
 import uuid
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +39,7 @@ from rl_assets.resources.world_store import RequestFactory
 from rl_assets.sandbox.launcher import SandboxTimeout, rollout_from_output
 from rl_assets.sandbox.protocol import ForkLayout
 from rl_assets.stores.database import Database
+from rl_assets.stores.locks import LockSpace, hashed, xact_lock
 from rl_assets.worlds import tree_hash
 
 POD_START_ALLOWANCE_S = 120.0
@@ -150,9 +150,6 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         return rollout_from_output(outcome.exit_code, outcome.log, outcome.log)
 
 
-WORLD_BUILD_LOCK_NAMESPACE = 0x574C44  # "WLD": the first key of the two-int advisory lock of a world build
-
-
 @contextmanager
 def _build_lock(world_id: str) -> Iterator[None]:
     """A transaction-scoped Postgres advisory lock on the world, held through build, snapshot and seal.
@@ -163,10 +160,9 @@ def _build_lock(world_id: str) -> Iterator[None]:
     Postgres; it is released with the transaction, also when the pod dies.
     """
     db = Database.from_env()
-    key = int.from_bytes(zlib.crc32(world_id.encode()).to_bytes(4, "big"), "big", signed=True)
     try:
         with db.transaction() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (WORLD_BUILD_LOCK_NAMESPACE, key))
+            xact_lock(cur, hashed(LockSpace.WORLD_BUILD, world_id))
             yield
     finally:
         db.close()

@@ -12,7 +12,7 @@ Keys within a space:
   ``rl_experiments``; two experiments never share it, so no experiment's
   driver can be refused because of another's (a 32-bit hash of the name
   could collide and would).
-- ``VERDICT`` and ``JUDGE_RATE``: a 32-bit hash of the verdict key or judge
+- ``VERDICT``, ``JUDGE_RATE``, ``TRAIN_STEP`` and ``WORLD_BUILD``: a 32-bit hash of the verdict key or judge
   id. Two keys may collide; a collision only makes their holders take turns,
   which costs time and never correctness.
 - ``SCHEMA``: a single lock serialising the ``CREATE ... IF NOT EXISTS``.
@@ -49,6 +49,8 @@ class LockSpace(IntEnum):
     DRIVER = 0x726C0002
     VERDICT = 0x726C0003
     JUDGE_RATE = 0x726C0004
+    TRAIN_STEP = 0x726C0005
+    WORLD_BUILD = 0x726C0006
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ checkpoint of the row that won.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from rl_assets.domain.models import Policy
 from rl_assets.stores.artifacts import ArtifactStore, CorruptArtifactError
 from rl_assets.stores.database import Database
+from rl_assets.stores.locks import LockSpace, hashed, xact_lock
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,6 @@ class AppliedStep:
     actor_pid: int
 
 
-STEP_LOCK_NAMESPACE = 0x54524E  # "TRN": the first key of a training step's two-int advisory lock
-
-
 class TrainingLedger:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -51,12 +48,11 @@ class TrainingLedger:
         restarts, it is released, and the holder's own ledger write still
         keeps the first row (see :meth:`record`).
         """
-        digest = zlib.crc32(f"{experiment}\0{rubric}\0{step}".encode())
-        key = int.from_bytes(digest.to_bytes(4, "big"), "big", signed=True)
+        lock = hashed(LockSpace.TRAIN_STEP, f"{experiment}\0{rubric}\0{step}")
         conn = self.db.info.connect()
         try:
             with conn, conn.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (STEP_LOCK_NAMESPACE, key))
+                xact_lock(cur, lock)
                 yield
         finally:
             conn.close()
