@@ -105,6 +105,13 @@ def table_of(result: dict) -> list:
     return [(s["mean_reward"], s["mean_turns"], s["trials_ok"]) for s in result["steps"]]
 
 
+# Read by Ray when it is imported (before the home fixture exports its environment): the home's head is
+# a single-node loopback cluster with token auth, and a driver in this process must not rewrite 127.0.0.1 to
+# the machine's address nor connect without the token (whose path the fixture exports before any ray.init).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_AUTH_MODE"] = "token"
+
+
 @pytest.fixture(scope="session")
 def home() -> Iterator[Path]:
     # Not under pytest's 0700 tmp root: the embedded Postgres runs as its own user when we are root.
