@@ -118,7 +118,12 @@ def home() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="rl-assets-test-", dir="/tmp"))
     root.chmod(0o755)
     deployment = LocalDeployment(Home(root / "home"))
-    deployment.up()
+    try:
+        deployment.up()
+    except BaseException:  # a half-started home (e.g. Ray failed to start) must not outlive the session
+        deployment.down()
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     yield root / "home"
     sessions = {name: s for name, s in deployment.sessions().items() if s is not None}
     try:
