@@ -17,9 +17,10 @@ import uuid
 import pytest
 from conftest import cli_args, oracle_expectation, run_cli, table_of, train_json
 from killing import wait_for
+from samples import RUBRIC, sample_trajectory
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Rubric, Trajectory, Turn, Verdict
+from rl_assets.domain.models import Verdict
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.services.postgres import PostgresInfo
@@ -35,21 +36,6 @@ from rl_assets.stores.verdicts import (
     JudgeTimeout,
     VerdictLedger,
 )
-
-RUBRIC = Rubric(name="v1", correctness_weight=1.0, efficiency_weight=0.3, tidiness_weight=0.1)
-
-
-def _trajectory() -> Trajectory:
-    return Trajectory(
-        trial_id=f"s0-p0-n0-{uuid.uuid4().hex[:8]}",
-        world_id="w0",
-        world_hash="h",
-        policy_version=0,
-        policy_hash="p",
-        turns=[Turn(doc=1, found=True)],
-        answer="w0-secret-x",
-        files_written=["answer.txt"],
-    )
 
 
 def _experiment() -> str:
@@ -73,7 +59,7 @@ class JudgeUnavailable(RuntimeError):
 
 def test_a_late_answer_after_a_timeout_is_recorded_and_used_not_paid_again(stores):
     judge = JudgeResource(judge_id="late-test")
-    trajectory, experiment = _trajectory(), _experiment()
+    trajectory, experiment = sample_trajectory(), _experiment()
     with pytest.raises(JudgeTimeout, match="within 0.3s"):
         judge.judge(stores.verdicts, trajectory, RUBRIC, experiment, latency_s=1.5, timeout_s=0.3)
     assert _calls(stores.db, experiment) == [("timed_out", True, None, None)], "the timeout is recorded as one"
@@ -118,7 +104,7 @@ def test_a_judge_slower_than_its_timeout_bills_each_trial_once_in_train_and_a_re
 
 
 def test_an_error_after_the_request_is_recorded_as_an_error_and_the_next_call_says_why(stores):
-    trajectory, experiment = _trajectory(), _experiment()
+    trajectory, experiment = sample_trajectory(), _experiment()
     key = f"{experiment}:{trajectory.content_hash}:{RUBRIC.content_hash}:test"
 
     def failing() -> Verdict:
@@ -153,7 +139,7 @@ except JudgeTimeout:
 
 def test_a_timed_out_call_whose_process_ended_is_counted_with_cause_timeout(stores):
     """Its late answer can no longer come: the next call pays, and the report says it was for a timeout."""
-    trajectory, experiment = _trajectory(), _experiment()
+    trajectory, experiment = sample_trajectory(), _experiment()
     key = f"{experiment}:{trajectory.content_hash}:{RUBRIC.content_hash}:test"
     proc = subprocess.run(
         [sys.executable, "-c", TIMING_OUT_PROCESS, key, experiment], capture_output=True, text=True, env=os.environ
@@ -183,7 +169,7 @@ VerdictLedger(Database.from_env()).judge_once(sys.argv[1], sys.argv[2], "t", cal
 
 def test_a_call_in_flight_is_in_flight_and_a_killed_one_is_process_died(stores):
     """A ``claimed`` row is told apart by its key's lock: held while the call runs, gone with a dead process."""
-    trajectory, experiment = _trajectory(), _experiment()
+    trajectory, experiment = sample_trajectory(), _experiment()
     key = f"{experiment}:{trajectory.content_hash}:{RUBRIC.content_hash}:test"
     proc = subprocess.run([sys.executable, "-c", KILLED_PROCESS, key, experiment], env=os.environ)
     assert proc.returncode == -signal.SIGKILL
@@ -213,7 +199,7 @@ def test_two_writers_of_one_key_both_return_the_stored_verdict(stores):
     return it; the other call is marked as a duplicate."""
     experiment = _experiment()
     key = f"{experiment}:race"
-    answers = [simulated_judge(_trajectory(), RUBRIC), simulated_judge(_trajectory(), RUBRIC)]
+    answers = [simulated_judge(sample_trajectory(), RUBRIC), simulated_judge(sample_trajectory(), RUBRIC)]
     assert answers[0] != answers[1]
     ledgers = [VerdictLedger(Database(PostgresInfo.from_env())) for _ in answers]
     call_ids = [ledger.claim(key, experiment, "t", None) for ledger in ledgers]
@@ -238,7 +224,7 @@ def test_two_writers_of_one_key_both_return_the_stored_verdict(stores):
 
 def test_a_call_that_times_out_and_then_fails_is_a_timeout_and_the_retry_pays_once_more(stores):
     """The retry waits for the abandoned call; when it fails instead of answering, the retry pays, for a timeout."""
-    trajectory, experiment = _trajectory(), _experiment()
+    trajectory, experiment = sample_trajectory(), _experiment()
     key = f"{experiment}:{trajectory.content_hash}:{RUBRIC.content_hash}:test"
     failing_late = threading.Event()
 

@@ -9,26 +9,12 @@ import sys
 import threading
 import uuid
 
-from rl_assets.domain.models import Rubric, Trajectory, Turn
+from samples import RUBRIC, sample_trajectory
+
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.services.postgres import PostgresInfo
 from rl_assets.stores.database import Database
 from rl_assets.stores.verdicts import DIED, VerdictLedger
-
-RUBRIC = Rubric(name="v1", correctness_weight=1.0, efficiency_weight=0.3, tidiness_weight=0.1)
-
-
-def _trajectory(tag: str) -> Trajectory:
-    return Trajectory(
-        trial_id=f"s0-p0-n0-{tag}",
-        world_id="w0",
-        world_hash="h",
-        policy_version=0,
-        policy_hash="p",
-        turns=[Turn(doc=1, found=True)],
-        answer="w0-secret-x",
-        files_written=["answer.txt"],
-    )
 
 
 def _calls(db: Database, key: str) -> list[str]:
@@ -38,7 +24,7 @@ def _calls(db: Database, key: str) -> list[str]:
 
 
 def test_a_recorded_verdict_is_never_paid_again(stores):
-    trajectory = _trajectory(uuid.uuid4().hex)
+    trajectory = sample_trajectory(uuid.uuid4().hex)
     key = f"{trajectory.content_hash}:{RUBRIC.content_hash}:test"
     paid = []
 
@@ -54,7 +40,7 @@ def test_a_recorded_verdict_is_never_paid_again(stores):
 
 
 def test_concurrent_judges_of_the_same_trajectory_pay_once(stores):
-    trajectory = _trajectory(uuid.uuid4().hex)
+    trajectory = sample_trajectory(uuid.uuid4().hex)
     key = f"{trajectory.content_hash}:{RUBRIC.content_hash}:test"
     paid, results = [], []
     gate = threading.Barrier(4)
@@ -92,7 +78,7 @@ VerdictLedger(Database.from_env()).judge_once(sys.argv[1], "ledger-test", "t", c
 
 
 def test_a_crash_during_the_call_is_counted_and_the_next_attempt_pays_again(stores):
-    trajectory = _trajectory(uuid.uuid4().hex)
+    trajectory = sample_trajectory(uuid.uuid4().hex)
     key = f"{trajectory.content_hash}:{RUBRIC.content_hash}:test"
     proc = subprocess.run([sys.executable, "-c", CRASHING_JUDGE, key], capture_output=True, text=True, env=os.environ)
     assert proc.returncode == -signal.SIGKILL and "calling" in proc.stdout

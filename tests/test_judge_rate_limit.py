@@ -12,14 +12,12 @@ import sys
 import uuid
 
 import pytest
+from samples import RUBRIC, sample_trajectory
 
-from rl_assets.domain.models import Rubric, Trajectory, Turn
 from rl_assets.environment import JUDGE_RATE_ENV, judge_max_calls_per_minute
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.stores.database import Database
 from rl_assets.stores.judge_rate import JudgeRateLimit, JudgeRateTimeout
-
-RUBRIC = Rubric(name="v1", correctness_weight=1.0, efficiency_weight=0.3, tidiness_weight=0.1)
 
 TAKE_SLOTS = """
 import sys
@@ -38,19 +36,6 @@ def _call_times(db: Database, judge_id: str) -> list[float]:
             (judge_id,),
         )
         return [float(r[0]) for r in cur.fetchall()]
-
-
-def _trajectory() -> Trajectory:
-    return Trajectory(
-        trial_id=f"s0-p0-n0-{uuid.uuid4().hex[:8]}",
-        world_id="w0",
-        world_hash="h",
-        policy_version=0,
-        policy_hash="p",
-        turns=[Turn(doc=1, found=True)],
-        answer="w0-secret-x",
-        files_written=["answer.txt"],
-    )
 
 
 def _claims(db: Database, trial_id: str) -> list[str]:
@@ -86,13 +71,13 @@ def test_the_judge_resource_waits_for_its_minute_and_leaves_no_claim_when_it_giv
         )
 
     impatient = JudgeResource(judge_id=judge_id, max_calls_per_minute=1, rate_wait_s=0.1)
-    refused = _trajectory()
+    refused = sample_trajectory()
     with pytest.raises(JudgeRateTimeout, match="allows 1 calls per 60 s"):
         impatient.judge(stores.verdicts, refused, RUBRIC, "rate-test", latency_s=0, timeout_s=10)
     assert _claims(stores.db, refused.trial_id) == [], "nothing was billed, so nothing is claimed"
 
     patient = JudgeResource(judge_id=judge_id, max_calls_per_minute=1)
-    judged = _trajectory()
+    judged = sample_trajectory()
     verdict, cache_hit = patient.judge(stores.verdicts, judged, RUBRIC, "rate-test", latency_s=0, timeout_s=10)
     assert not cache_hit and verdict.rubric_name == "v1"
     assert _claims(stores.db, judged.trial_id) == ["done"]

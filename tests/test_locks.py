@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from killing import wait_for
+from samples import RUBRIC, sample_trajectory
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Rubric, Trajectory, Turn, Verdict
+from rl_assets.domain.models import Verdict
 from rl_assets.domain.runtime import Runtime
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.home import Home
@@ -23,21 +24,6 @@ from rl_assets.stores.database import Database
 from rl_assets.stores.experiments import ExperimentStore
 from rl_assets.stores.locks import LockKey, LockSpace, SessionLock, driver_lock, is_held
 from rl_assets.stores.verdicts import DIED, VerdictLedger, verdict_lock
-
-RUBRIC = Rubric(name="v1", correctness_weight=1.0, efficiency_weight=0.3, tidiness_weight=0.1)
-
-
-def _trajectory() -> Trajectory:
-    return Trajectory(
-        trial_id=f"s0-p0-n0-{uuid.uuid4().hex[:8]}",
-        world_id="w0",
-        world_hash="h",
-        policy_version=0,
-        policy_hash="p",
-        turns=[Turn(doc=1, found=True)],
-        answer="w0-secret-x",
-        files_written=["answer.txt"],
-    )
 
 
 def _restart_postgres(home: Path) -> None:
@@ -146,7 +132,7 @@ def _judging_in_thread(key: str, experiment: str, call) -> tuple[threading.Threa
 
 def test_a_call_in_flight_across_a_postgres_restart_stores_its_verdict_and_does_not_fail(home, stores):
     experiment = f"restart-{uuid.uuid4().hex[:8]}"
-    stored_before, in_flight = _trajectory(), _trajectory()
+    stored_before, in_flight = sample_trajectory(), sample_trajectory()
     before_key, key = f"{experiment}:before", f"{experiment}:in-flight"
     stores.verdicts.judge_once(before_key, experiment, "t", lambda: simulated_judge(stored_before, RUBRIC))
     release = threading.Event()
@@ -167,7 +153,7 @@ def test_a_call_in_flight_across_a_postgres_restart_stores_its_verdict_and_does_
         simulated_judge(stored_before, RUBRIC),
         True,
     ), "a verdict stored before the restart is the result after it"
-    after = _trajectory()  # judged through the ledger whose idle lock connection the restart dropped
+    after = sample_trajectory()  # judged through the ledger whose idle lock connection the restart dropped
     assert stores.verdicts.judge_once(
         f"{experiment}:after", experiment, "t", lambda: simulated_judge(after, RUBRIC)
     ) == (
@@ -182,7 +168,7 @@ def test_two_writers_of_one_key_across_a_restart_both_return_the_stored_verdict(
     first answer arrives it is not stored over the second, and both callers return the one stored verdict."""
     experiment = f"restart-{uuid.uuid4().hex[:8]}"
     key = f"{experiment}:race"
-    first, second = simulated_judge(_trajectory(), RUBRIC), simulated_judge(_trajectory(), RUBRIC)
+    first, second = simulated_judge(sample_trajectory(), RUBRIC), simulated_judge(sample_trajectory(), RUBRIC)
     assert first != second  # a real judge may well answer twice differently
     release = threading.Event()
 
@@ -245,7 +231,7 @@ def test_a_home_made_before_the_new_columns_gets_them_on_first_connection(home):
             assert driver_lock(cur, "new-c").key not in keys
         ledger = VerdictLedger(db)
         assert ledger.billing("old-a")["outcomes"] == {DIED: 1}, "a claim left by the old code reads as it was"
-        verdict, hit = ledger.judge_once("k", "old-a", "t", lambda: simulated_judge(_trajectory(), RUBRIC))
+        verdict, hit = ledger.judge_once("k", "old-a", "t", lambda: simulated_judge(sample_trajectory(), RUBRIC))
         assert not hit and ledger.billing("old-a")["extra_call_causes"] == {DIED: 1}
         db.close()
         Database(scratch).connection().close()  # the migration runs again on every connection: a no-op now
