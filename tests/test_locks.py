@@ -210,10 +210,10 @@ INSERT INTO rl_judge_calls (verdict_key, experiment, trial_id, status) VALUES ('
 def test_a_home_made_before_the_new_columns_gets_them_on_first_connection(home):
     info = PostgresInfo.from_env()
     scratch = dataclasses.replace(info, database=f"rl_migration_{uuid.uuid4().hex[:8]}")
-    admin = info.connect()
+    admin = EmbeddedPostgres(Home(home)).superuser().connect()  # the app role may not create databases
     admin.autocommit = True
     with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {scratch.database}")
+        cur.execute(f"CREATE DATABASE {scratch.database} OWNER {info.user}")
     try:
         old = scratch.connect()
         with old, old.cursor() as cur:

@@ -159,7 +159,8 @@ class EmbeddedPostgres:
             database=DATABASE,
         )
 
-    def _superuser(self) -> PostgresInfo:
+    def superuser(self) -> PostgresInfo:
+        """How to connect as the superuser: for initialising, and for tests that must act as the server's owner."""
         return PostgresInfo(
             host="127.0.0.1",
             port=int(self.port_file.read_text()),
@@ -267,7 +268,7 @@ class EmbeddedPostgres:
     def _ensure_database(self) -> None:
         """The application role and its database, created (or taken over from the superuser) once."""
         app_password = ensure_secret(self.app_password_file, 24)
-        admin = self._superuser()
+        admin = self.superuser()
         deadline = time.monotonic() + 30
         while True:
             try:
