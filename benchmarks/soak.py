@@ -12,14 +12,14 @@ Each soak run ``i`` draws, from ``Random(f"{seed}:{i}")`` (so ``--seed S --first
   short ``--trial-timeout`` when hangs are on), sometimes ``--crash-driver-at-step``, and tool/judge latencies
   long enough for the kill's target to exist (a rollout with its sandbox up, a judge call in flight).
 
-It starts ``rl-assets train`` (``Train.start``), kills it with ``killing.kill`` (a ``NotReached`` because the train
+It starts ``rl-assets train`` (``Train.start``), kills it with ``kills.kill`` (a ``NotReached`` because the train
 ended first is a *missed* kill), then finishes as ``tests/test_kills.py`` does: a plain rerun of the same command
 after a tree kill, else the same CLI to its end; after a ``head`` kill the home's head is ensured up again.
 
 Expectations. Injected faults fail (or hang) only attempt 0 of a Dagster run (``context.retry_number``), so with
 the default retries (2) every fault is survived, also when a kill makes a unit run again in a new run: no trial may
-fail for good, and the result must be the oracle's clean one, ``clean_result(config)``. What the faults do change is
-the attempt counts, so the evidence is checked per unit rather than by totals:
+fail for good, and the result must be the oracle's clean one, ``oracle_expectation(config)``. What the faults
+do change is the attempt counts, so the evidence is checked per unit rather than by totals:
 
 - **lost units**: trials without a completed rollout, a recorded verdict or a materialized reward, or failed for
   good; steps without a training-ledger row;
@@ -71,12 +71,8 @@ from rl_assets.services.local_deployment import LocalDeployment
 from rl_assets.services.processes import processes_mentioning
 from rl_assets.services.ray_head import LocalRayHead
 from rl_assets.stores.database import Database
-
-TESTS = Path(__file__).resolve().parent.parent / "tests"
-sys.path.insert(0, str(TESTS))  # the shared kill helpers live with the tests (see killing.py's docstring)
-warnings.filterwarnings("ignore", message=".*is currently in beta.*")  # Dagster's, as in the CLI
-
-from killing import (  # noqa: E402
+from rl_assets.testing.expectations import oracle_expectation, table_of
+from rl_assets.testing.kills import (
     KILL_KINDS,
     Evidence,
     Kill,
@@ -84,16 +80,16 @@ from killing import (  # noqa: E402
     NotReached,
     Train,
     Watch,
-    clean_result,
     kill,
     kill_train_tree,
     random_kill_point,
     ray_head_processes,
-    result_table,
     service_pids,
     sigkill,
     train_args,
 )
+
+warnings.filterwarnings("ignore", message=".*is currently in beta.*")  # Dagster's, as in the CLI
 
 UNEXPLAINED = "unexplained"
 HANG_TRIAL_TIMEOUT_S = 6.0
@@ -190,7 +186,7 @@ def _attempt_rows(watch: Watch, table: str) -> list[tuple[str, int, str]]:
 
 def audit(plan: Plan, watch: Watch, result: dict) -> Audit:
     config, faults = plan.config, plan.faults
-    table, weights = clean_result(config)  # no trial can fail for good: every fault hits attempt 0 only
+    table, weights = oracle_expectation(config)  # no trial can fail for good: every fault hits attempt 0 only
     evidence = Evidence.of(watch)
     trial_ids = [t.trial_id for s in range(config.steps) for t in config.trials(s)]
 
@@ -237,7 +233,7 @@ def audit(plan: Plan, watch: Watch, result: dict) -> Audit:
         not_fired.append(f"driver crash after s{faults.crash_driver_at_step}")
 
     return Audit(
-        wrong_result=result_table(result) != table or result["weights"] != weights,
+        wrong_result=table_of(result) != table or result["weights"] != weights,
         problems=evidence.problems(),
         lost_trials=sorted(lost),
         lost_steps=[s for s in range(config.steps) if s not in trained],

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import cli_args, rescored_expectation, run_cli, table_of, train_json
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.utils import make_new_backfill_id
 
@@ -31,6 +30,7 @@ from rl_assets.driver.planner import plan
 from rl_assets.driver.sensor import RESCORE_EXPERIMENTS_ENV
 from rl_assets.results import experiment_result
 from rl_assets.stores.rubrics import parse_rubric_file
+from rl_assets.testing.expectations import cli_args, rescored_expectation, run_cli, table_of, train_json
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "backfilled"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-from killing import Evidence, Train, Watch, clean_result, result_table, run_train, train_args
-
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.testing.expectations import oracle_expectation, table_of
+from rl_assets.testing.kills import Evidence, Train, Watch, run_train, train_args
 
 EXIT_USAGE = 2  # what the CLI makes of its driver's EXIT_BUSY (see rl_assets.cli._supervise)
 
@@ -34,8 +34,8 @@ def test_two_trains_of_one_experiment_at_once_execute_each_unit_once(home, store
     )
 
     result = json.loads(out)
-    table, weights = clean_result(config)
-    assert result_table(result) == table and result["weights"] == weights
+    table, weights = oracle_expectation(config)
+    assert table_of(result) == table and result["weights"] == weights
     evidence = Evidence.of(Watch(stores.db, instance, config))
     assert evidence.problems() == []
     assert result["counts"] == {

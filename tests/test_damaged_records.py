@@ -16,9 +16,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import cli_args, oracle_expectation, run_cli, table_of
 
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.testing.expectations import cli_args, oracle_expectation, run_cli, table_of
 
 NAME = "damaged"
 FIELDS = dict(steps=2, worlds=2, prompts=2, samples=1)

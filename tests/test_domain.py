@@ -1,12 +1,11 @@
 """The package's reference workload (``rl_assets.domain``), piece by piece against the spec oracle.
 
-``tests/spec_oracle.py`` is written from reference-workload.md alone; here each domain function the durable
+``tests/oracle.py`` is written from reference-workload.md alone; here each domain function the durable
 system runs (trial plan, agent, verifier, judge, reward, bandit update, step summary, fault draws) is fed the
 same inputs as the oracle, on every trial of several configurations and rubrics, and must give the same values.
 """
 
 import pytest
-import spec_oracle
 from pydantic import ValidationError
 
 from rl_assets.domain.agent import run_agent
@@ -17,6 +16,7 @@ from rl_assets.domain.runtime import FaultConfig
 from rl_assets.domain.scoring import reward_of, simulated_judge
 from rl_assets.domain.seeding import seed
 from rl_assets.domain.world import world_documents, world_secret
+from rl_assets.testing import oracle
 
 CONFIGS = [
     dict(),
@@ -60,15 +60,15 @@ def test_world_has_eight_docs_and_one_secret():
 def test_every_domain_function_agrees_with_the_spec_oracle(index, rubric):
     fields = CONFIGS[index]
     config = ExperimentConfig(name="x", rubric=rubric[0], **fields)
-    spec_rubric = spec_oracle.Rubric(*rubric)
-    expected = spec_oracle.train(spec_oracle.Config(**fields), spec_rubric)
+    spec_rubric = oracle.Rubric(*rubric)
+    expected = oracle.train(oracle.Config(**fields), spec_rubric)
     package_rubric = Rubric(
         name=rubric[0], correctness_weight=rubric[1], efficiency_weight=rubric[2], tidiness_weight=rubric[3]
     )
     policy = Policy.initial(config.world_ids)
     for step in range(config.steps):
         specs = config.trials(step)
-        assert [t.trial_id for t in specs] == spec_oracle.Config(**fields).trial_ids(step)
+        assert [t.trial_id for t in specs] == oracle.Config(**fields).trial_ids(step)
         rewards = []
         for spec in specs:
             want = expected.trajectories[spec.trial_id]
@@ -89,9 +89,9 @@ def test_every_domain_function_agrees_with_the_spec_oracle(index, rubric):
                 files_written=rollout.files_written,
             )
             verdict = simulated_judge(trajectory, package_rubric)
-            assert verdict.score == spec_oracle.judge_score(want, spec_rubric)
+            assert verdict.score == oracle.judge_score(want, spec_rubric)
             reward = reward_of(trajectory, verdict)
-            oracle_reward = spec_oracle.reward_of(want, spec_rubric)
+            oracle_reward = oracle.reward_of(want, spec_rubric)
             assert (reward.reward, reward.found_doc, reward.turns) == (
                 oracle_reward.reward,
                 oracle_reward.found_doc,
@@ -151,11 +151,11 @@ def test_config_hash_identifies_the_config():
 def test_worlds_and_fault_draws_agree_with_the_spec_oracle():
     config = ExperimentConfig(name="x", steps=3, prompts=12, samples=3)
     for w in [f"w{i}" for i in range(12)]:
-        assert world_documents(w) == spec_oracle.world_documents(w)
-        assert world_secret(w) == spec_oracle.world_secret(w)
+        assert world_documents(w) == oracle.world_documents(w)
+        assert world_secret(w) == oracle.world_secret(w)
     for rate in (0.1, 0.25, 0.3, 0.7):
         faults = FaultConfig(flaky_trial_rate=rate, judge_flake_rate=rate, hang_trial_rate=rate)
         for t in (spec.trial_id for s in range(config.steps) for spec in config.trials(s)):
-            assert faults.trial_flakes(t) == spec_oracle.sandbox_flakes(t, rate)
-            assert faults.judge_flakes(t) == spec_oracle.judge_flakes(t, rate)
-            assert faults.trial_hangs(t) == spec_oracle.hangs(t, rate)
+            assert faults.trial_flakes(t) == oracle.sandbox_flakes(t, rate)
+            assert faults.judge_flakes(t) == oracle.judge_flakes(t, rate)
+            assert faults.trial_hangs(t) == oracle.hangs(t, rate)

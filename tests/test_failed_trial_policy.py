@@ -9,14 +9,14 @@ fault draws say which trials those are.
 from __future__ import annotations
 
 import pytest
-import spec_oracle
-from conftest import cli_args, oracle_expectation, table_of, train_json
 
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.testing import oracle
+from rl_assets.testing.expectations import cli_args, oracle_expectation, table_of, train_json
 
 SHAPE = dict(steps=3, worlds=3, prompts=3, samples=2)
-SANDBOX_FAULTS = spec_oracle.Faults(flaky_trial_rate=0.25, generate_retries=0)
-JUDGE_FAULTS = spec_oracle.Faults(judge_flake_rate=0.3, judge_retries=0)
+SANDBOX_FAULTS = oracle.Faults(flaky_trial_rate=0.25, generate_retries=0)
+JUDGE_FAULTS = oracle.Faults(judge_flake_rate=0.3, judge_retries=0)
 CASES = {
     # name: (policy, faults, batch sizes per step)
     "doomed-skip": ("skip", SANDBOX_FAULTS, [5, 3, 4]),
@@ -25,7 +25,7 @@ CASES = {
 }
 
 
-def _fault_args(faults: spec_oracle.Faults) -> list[str]:
+def _fault_args(faults: oracle.Faults) -> list[str]:
     return ["--flaky-trial-rate", str(faults.flaky_trial_rate), "--judge-flake-rate", str(faults.judge_flake_rate)]
 
 
@@ -36,7 +36,7 @@ def test_a_step_trains_without_what_failed_for_good_as_the_policy_says(home, sto
         SHAPE, generate_retries=faults.generate_retries, judge_retries=faults.judge_retries, failed_trial_policy=policy
     )
     config = ExperimentConfig(name=name, **fields)
-    failed = spec_oracle.failed_for_good(spec_oracle.Config(**SHAPE), faults)
+    failed = oracle.failed_for_good(oracle.Config(**SHAPE), faults)
     assert len(failed) == 6
 
     result = train_json(home, *cli_args(name, fields), *_fault_args(faults))

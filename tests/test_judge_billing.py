@@ -15,9 +15,6 @@ import threading
 import uuid
 
 import pytest
-from conftest import cli_args, oracle_expectation, run_cli, table_of, train_json
-from killing import wait_for
-from samples import RUBRIC, sample_trajectory
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Verdict
@@ -36,6 +33,9 @@ from rl_assets.stores.verdicts import (
     JudgeTimeout,
     VerdictLedger,
 )
+from rl_assets.testing.expectations import cli_args, oracle_expectation, run_cli, table_of, train_json
+from rl_assets.testing.kills import wait_for
+from rl_assets.testing.samples import RUBRIC, sample_trajectory
 
 
 def _experiment() -> str:

@@ -12,9 +12,10 @@ import json
 
 import dagster as dg
 import pytest
-from killing import Train, Watch, clean_result, kill, result_table, train_args
 
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.testing.expectations import oracle_expectation, table_of
+from rl_assets.testing.kills import Train, Watch, kill, train_args
 
 POOL = "judge"
 
@@ -59,8 +60,8 @@ def test_one_judge_slot_serializes_calls_and_a_killed_holder_frees_it(home, stor
     assert code == 0, err[-3000:]
 
     result = json.loads(out)
-    table, weights = clean_result(config)
-    assert result_table(result) == table and result["weights"] == weights
+    table, weights = oracle_expectation(config)
+    assert table_of(result) == table and result["weights"] == weights
     assert result["counts"]["judge_calls"] == 4, "three verdicts and the one the kill lost"
     calls = _call_intervals(stores, config.name)
     assert len(calls) == 3

@@ -3,7 +3,7 @@
 After every kill the final table and weights equal the oracle's clean result, and the ledgers show that no
 completed unit ran again: one completed rollout and one recorded verdict per trial, one ledger row per step;
 the only extra judge calls are those a process died during, counted with their cause. Kill points are found
-by polling durable state (see ``killing.py``), never by sleeping.
+by polling durable state (see :mod:`rl_assets.testing.kills`), never by sleeping.
 """
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 from dagster import DagsterRunStatus
-from killing import (
+
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.home import Home
+from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
+from rl_assets.testing.expectations import oracle_expectation, run_cli, table_of
+from rl_assets.testing.kills import (
     DIED_DURING_CALL,
     REAPED_MESSAGE,
     Evidence,
@@ -24,12 +28,10 @@ from killing import (
     Watch,
     actor_process,
     alive,
-    clean_result,
     driver_of,
     kill,
     random_kill_point,
     ray_head_processes,
-    result_table,
     run_train,
     sandboxes_of,
     sigkill,
@@ -37,10 +39,6 @@ from killing import (
     train_args,
     wait_for,
 )
-
-from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.home import Home
-from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
 
 TREE_KILL_SEED = 20260302
 """Seeds the tree kill's point; a different seed lands elsewhere, and every point must give the same result."""
@@ -81,8 +79,8 @@ def rerun(home: Path, args: list[str]) -> dict:
 
 
 def assert_clean(result: dict, config: ExperimentConfig) -> None:
-    table, weights = clean_result(config)
-    assert result_table(result) == table
+    table, weights = oracle_expectation(config)
+    assert table_of(result) == table
     assert result["weights"] == weights
 
 

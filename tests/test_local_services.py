@@ -31,7 +31,7 @@ from rl_assets.home import Home, HomeError
 from rl_assets.services.local_deployment import LocalDeployment
 from rl_assets.services.postgres import PostgresInfo
 from rl_assets.services.processes import Session, port_is_open, processes_mentioning
-from tests.conftest import run_cli
+from rl_assets.testing.expectations import run_cli
 
 LOOPBACK = {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
 

@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from killing import wait_for
-from samples import RUBRIC, sample_trajectory
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Verdict
@@ -24,6 +22,8 @@ from rl_assets.stores.database import Database
 from rl_assets.stores.experiments import ExperimentStore
 from rl_assets.stores.locks import LockKey, LockSpace, SessionLock, driver_lock, is_held
 from rl_assets.stores.verdicts import DIED, VerdictLedger, verdict_lock
+from rl_assets.testing.kills import wait_for
+from rl_assets.testing.samples import RUBRIC, sample_trajectory
 
 
 def _restart_postgres(home: Path) -> None:

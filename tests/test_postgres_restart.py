@@ -7,11 +7,11 @@ import subprocess
 import sys
 import time
 
-from conftest import table_of
 from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
 
 from rl_assets.home import Home
 from rl_assets.services.postgres import EmbeddedPostgres
+from rl_assets.testing.expectations import table_of
 
 CLEAN = [(1.601, 4.67, 6), (2.323, 2.17, 6), (2.352, 1.67, 6)]
 

@@ -23,7 +23,6 @@ from typing import ClassVar
 import dagster as dg
 import ray
 from dagster import DagsterRunStatus, RunsFilter
-from killing import wait_for
 from pydantic import BaseModel
 
 import rl_assets.worlds
@@ -41,6 +40,7 @@ from rl_assets.stores import sensor_requests
 from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.locks import LockSpace, driver_lock
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
+from rl_assets.testing.kills import wait_for
 from rl_assets.worlds import LocalWorlds
 
 REPO = Path(__file__).resolve().parents[1]

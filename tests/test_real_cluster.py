@@ -26,10 +26,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from conftest import oracle_expectation, table_of
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.kubernetes.names import OWNER_LABEL, TIER_LABEL, owner_value
+from rl_assets.testing.expectations import oracle_expectation, table_of
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBECONFIG"),

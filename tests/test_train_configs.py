@@ -7,9 +7,9 @@ the rubric; trials that fail for good are in ``test_failed_trial_policy.py``.
 from __future__ import annotations
 
 import pytest
-from conftest import cli_args, oracle_expectation, table_of, train_json
 
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.testing.expectations import cli_args, oracle_expectation, table_of, train_json
 
 CONFIGS = {
     "long": dict(steps=4, worlds=2, prompts=2, samples=2, lr=1.5),

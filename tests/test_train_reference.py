@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import dagster as dg
-from conftest import run_cli, train_json
 
 from rl_assets.tags import EXPERIMENT_TAG
+from rl_assets.testing.expectations import run_cli, train_json
 
 
 def test_reference_run_reproduces_the_clean_table(home, stores, instance):

@@ -39,7 +39,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import rl_assets
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.models import Turn
 from rl_assets.domain.reference_policy import DOCS_DIR, SECRET_MARKER
@@ -51,7 +50,7 @@ BWRAP_INSTALL = "apt-get install -y bubblewrap"
 SANDBOX_UID = 1000
 """The rollout's uid inside its user namespace."""
 _PR_SET_PDEATHSIG = 1
-_PACKAGE = Path(rl_assets.__file__).parent
+_PACKAGE = Path(__file__).resolve().parents[1]
 DEFAULT_LIMITS = Limits()
 TOOLS_ONLY = (DOCS_DIR,)
 """Fork directories hidden from the sandbox (an empty read-only tmpfs over them): the world's documents reach

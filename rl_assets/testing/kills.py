@@ -1,8 +1,8 @@
 """Kill real processes of an ``rl-assets train`` at chosen points of durable progress, and audit what survived.
 
-Shared by ``tests/test_kills.py``, ``tests/test_concurrency.py`` and ``benchmarks/soak.py`` (which puts this
-directory on ``sys.path``). Every wait here polls durable state (the ledgers in Postgres, Dagster's run storage)
-against a deadline: a kill lands where the records say the run is, never where a sleep hopes it is.
+Shared by ``tests/test_kills.py``, ``tests/test_concurrency.py`` and ``benchmarks/soak.py``. Every wait here
+polls durable state (the ledgers in Postgres, Dagster's run storage) against a deadline: a kill lands where
+the records say the run is, never where a sleep hopes it is.
 
 The processes of one ``train``:
 
@@ -32,8 +32,6 @@ from typing import Any, Literal, TypeVar
 
 import dagster as dg
 import psutil
-from conftest import oracle_expectation as clean_result  # noqa: F401  (re-exported for the kill tests and the soak)
-from conftest import table_of as result_table  # noqa: F401
 from dagster import DagsterInstance, DagsterRun, RunsFilter
 
 from rl_assets.assets.partitions import trial_partition_key

@@ -1,0 +1,11 @@
+"""The test kit: what the tests and the benchmarks share, importable from both as ``rl_assets.testing``.
+
+- :mod:`.oracle`: the reference workload's specification as code, standard library only, importing
+  nothing of ``rl_assets`` (an import contract keeps it so): the numbers every run is checked against;
+- :mod:`.expectations`: what ``train``, ``rescore`` and ``fork`` must print, from the oracle, and the CLI
+  run as a user runs it;
+- :mod:`.kills`: SIGKILL real processes of a ``train`` at points of durable progress, and audit what survived;
+- :mod:`.samples`: sample records for the ledger tests.
+
+Nothing in the package proper imports it.
+"""
