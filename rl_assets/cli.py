@@ -47,29 +47,20 @@ class Flag:
     field: str
 
 
-TRAIN_FLAGS: tuple[Flag, ...] = (
-    Flag("--experiment", ExperimentConfig, "name"),
-    Flag("--steps", ExperimentConfig, "steps"),
-    Flag("--worlds", ExperimentConfig, "worlds"),
-    Flag("--prompts", ExperimentConfig, "prompts"),
-    Flag("--samples", ExperimentConfig, "samples"),
-    Flag("--lr", ExperimentConfig, "lr"),
-    Flag("--max-turns", ExperimentConfig, "max_turns"),
-    Flag("--rubric", ExperimentConfig, "rubric"),
-    Flag("--generate-retries", ExperimentConfig, "generate_retries"),
-    Flag("--judge-retries", ExperimentConfig, "judge_retries"),
-    Flag("--failed-trial-policy", ExperimentConfig, "failed_trial_policy"),
-    Flag("--flaky-trial-rate", FaultConfig, "flaky_trial_rate"),
-    Flag("--judge-flake-rate", FaultConfig, "judge_flake_rate"),
-    Flag("--hang-trial-rate", FaultConfig, "hang_trial_rate"),
-    Flag("--crash-driver-at-step", FaultConfig, "crash_driver_at_step"),
-    Flag("--tool-latency", ExecutionSettings, "tool_latency_s"),
-    Flag("--judge-latency", ExecutionSettings, "judge_latency_s"),
-    Flag("--trial-timeout", ExecutionSettings, "trial_timeout_s"),
-    Flag("--judge-timeout", ExecutionSettings, "judge_timeout_s"),
-    Flag("--max-concurrent-trials", ExecutionSettings, "max_concurrent_trials"),
+FLAG_RENAMES: dict[tuple[type[BaseModel], str], str] = {(ExperimentConfig, "name"): "--experiment"}
+"""The one flag not named after its field; every other is ``--field-name`` less a ``_s`` (seconds) suffix."""
+
+
+def _flag_name(model: type[BaseModel], field: str) -> str:
+    return FLAG_RENAMES.get((model, field)) or "--" + field.removesuffix("_s").replace("_", "-")
+
+
+TRAIN_FLAGS: tuple[Flag, ...] = tuple(
+    Flag(_flag_name(model, field), model, field)
+    for model in (ExperimentConfig, FaultConfig, ExecutionSettings)
+    for field in model.model_fields
 )
-"""The one mapping between model fields and flags: the parser is built from it and errors are named through it."""
+"""Every field of the schema's models as a flag, generated: a new field is a new flag with its bounds and help."""
 FLAG_OF: dict[tuple[type[BaseModel], str], str] = {(f.model, f.field): f.flag for f in TRAIN_FLAGS}
 FLAGS: dict[str, Flag] = {f.flag: f for f in TRAIN_FLAGS}
 

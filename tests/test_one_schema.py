@@ -1,0 +1,39 @@
+"""One schema: the CLI's flags and the launchpad's config are generated from the domain models' fields."""
+
+from __future__ import annotations
+
+from rl_assets.cli import TRAIN_FLAGS, build_parser
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.runtime import ExecutionSettings, FaultConfig
+from rl_assets.driver.launchpad import LAUNCHPAD_FIELDS, StartExperimentConfig
+
+
+def _train_actions() -> dict[str, object]:
+    parser = build_parser()
+    (subparsers,) = [a for a in parser._actions if a.dest == "command"]
+    train = subparsers.choices["train"]
+    return {a.dest: a for a in train._actions}
+
+
+def test_every_field_of_the_models_is_a_train_flag_with_its_description_and_default():
+    actions = _train_actions()
+    for model in (ExperimentConfig, FaultConfig, ExecutionSettings):
+        for name, field in model.model_fields.items():
+            action = actions[name]
+            assert action.help == (field.description or "").replace("%", "%%"), name
+            assert action.required == field.is_required(), name
+            if not field.is_required():
+                assert action.default == field.default, name
+    assert len(TRAIN_FLAGS) == sum(len(m.model_fields) for m in (ExperimentConfig, FaultConfig, ExecutionSettings))
+
+
+def test_every_launchpad_field_carries_its_model_fields_type_default_and_description():
+    launchpad = StartExperimentConfig.model_fields
+    assert set(LAUNCHPAD_FIELDS[ExperimentConfig]) == set(ExperimentConfig.model_fields), "all of the experiment"
+    for model, names in LAUNCHPAD_FIELDS.items():
+        for name in names:
+            field = model.model_fields[name]
+            assert launchpad[name].description == field.description, name
+            assert launchpad[name].annotation == field.annotation, name
+            if not field.is_required():
+                assert launchpad[name].default == field.default, name
