@@ -45,6 +45,8 @@ concurrency:
 run_monitoring:
   enabled: true
   poll_interval_seconds: 5
+  # A run whose worker died holds its pool slots (a judge slot, say) until this frees them.
+  free_slots_after_run_end_seconds: 5
 run_retries:
   enabled: true
   max_retries: 2
