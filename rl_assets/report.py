@@ -17,21 +17,10 @@ from rl_assets.resources.stores import Stores
 from rl_assets.results import experiment_result, format_table
 
 
-def _per_trial(stores: Stores, table: str, experiment: str) -> dict[str, tuple[int, int]]:
-    """trial id -> (attempts, failed attempts)."""
-    with stores.db.transaction() as cur:
-        cur.execute(
-            f"SELECT trial_id, count(*), count(*) FILTER (WHERE outcome = 'failed') FROM {table} "
-            "WHERE experiment = %s GROUP BY trial_id",
-            (experiment,),
-        )
-        return {t: (n, f) for t, n, f in cur.fetchall()}
-
-
 def evidence(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
     name = config.name
-    generation = _per_trial(stores, "rl_generation_attempts", name)
-    judging = _per_trial(stores, "rl_judge_attempts", name)
+    generation = stores.attempts.generation_per_trial(name)
+    judging = stores.attempts.judging_per_trial(name)
     failed = stores.attempts.failed_trials(name)
     damage = stores.damage.history(f"{name}/", config.world_ids)
     result = experiment_result(stores, config)

@@ -1,10 +1,14 @@
-"""The learning table and counts of an experiment, read from durable records only."""
+"""The learning table and counts of an experiment, read from durable records only.
+
+Reading never changes the home: a damaged record is reported (a
+:class:`~rl_assets.batches.DamagedRecordError`), not quarantined; ``train`` repairs it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rl_assets.assets.weights import step_batch
+from rl_assets.batches import recorded_batch
 from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, StepResult
@@ -17,7 +21,7 @@ PRIOR_DECIMALS = 6
 def step_results(stores: Stores, config: ExperimentConfig) -> list[StepResult]:
     results = []
     for applied in stores.training.steps(config.name, config.rubric):
-        batch, _ = step_batch(stores, config, applied.step)
+        batch, _ = recorded_batch(stores, config, applied.step)
         mean_reward, mean_turns = step_summary(batch)
         results.append(
             StepResult(

@@ -150,3 +150,25 @@ def test_modified_world_is_rebuilt_to_its_recorded_hash(home, trained, stores):
     assert not os.access(victim, os.W_OK) or os.geteuid() == 0 and not victim.stat().st_mode & stat.S_IWUSR
     assert (home / "worlds" / "w1.sha256").read_text() == recorded
     assert result["counts"]["generate_attempts"] == before["generate_attempts"], "finished trials are not redone"
+
+
+def test_status_reports_a_damaged_reward_and_leaves_it_for_train_to_repair(home, trained, stores):
+    failed = stores.attempts.failed_trials(NAME)  # judged, but left failed by an earlier test's fault: not repairable
+    slot = next(t.trial_id.split("-", 1)[1] for t in CONFIG.trials(0) if t.trial_id not in failed)
+    reward = home / f"artifacts/rewards/{NAME}/v1/s0/{slot}.json"
+    _rewrite_payload(reward, lambda p: p.update(reward=99.0))
+    damaged = reward.read_bytes()
+
+    proc = run_cli(home, "status", "--experiment", NAME, check=False)
+
+    assert proc.returncode == 1
+    assert f"the reward record of s0-{slot} is damaged" in proc.stderr
+    assert reward.read_bytes() == damaged, "a read path leaves the record where and as it is"
+    assert not list((home / "quarantine" / "rewards").rglob(f"{slot}.json.*"))
+    assert f"{NAME}/s0|{slot}" not in stores.damage.open_keys("trial"), "and opens no damage"
+
+    result, stderr = _train(home)
+
+    _assert_clean(result, trained)
+    assert f"trial damaged/s0|{slot}: reward record was damaged" in stderr
+    assert list((home / "quarantine" / "rewards").rglob(f"{slot}.json.*")), "train quarantined it"

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Verdict
@@ -18,6 +19,7 @@ from rl_assets.domain.runtime import Runtime
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.home import Home
 from rl_assets.services.postgres import EmbeddedPostgres, PostgresInfo
+from rl_assets.stores import migrations
 from rl_assets.stores.database import Database
 from rl_assets.stores.experiments import ExperimentStore
 from rl_assets.stores.locks import LockKey, LockSpace, SessionLock, driver_lock, is_held
@@ -207,7 +209,25 @@ INSERT INTO rl_judge_calls (verdict_key, experiment, trial_id, status) VALUES ('
 """The tables as homes made before the judge-billing columns and the driver lock keys have them."""
 
 
+def _upgrade_at_head_takes_no_lock(info: PostgresInfo) -> None:
+    """At head, an upgrade returns without the schema lock (held here by a rival) and without an ``ALTER TABLE``."""
+    rival = info.connect()
+    rival.autocommit = True
+    engine = sqlalchemy.create_engine("postgresql+psycopg2://", creator=info.connect, poolclass=sqlalchemy.NullPool)
+    try:
+        with rival.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s, %s)", migrations.SCHEMA_LOCK.args)
+        done = threading.Thread(target=migrations.upgrade, args=(engine,), daemon=True)
+        done.start()
+        done.join(timeout=30)
+        assert not done.is_alive(), "an upgrade with nothing to do waited for the schema lock"
+    finally:
+        rival.close()
+        engine.dispose()
+
+
 def test_a_home_made_before_the_new_columns_gets_them_on_first_connection(home):
+    """A home made before Alembic (tables, no version table) is upgraded to head: the first revisions are idempotent."""
     info = PostgresInfo.from_env()
     scratch = dataclasses.replace(info, database=f"rl_migration_{uuid.uuid4().hex[:8]}")
     admin = EmbeddedPostgres(Home(home)).superuser().connect()  # the app role may not create databases
@@ -233,8 +253,10 @@ def test_a_home_made_before_the_new_columns_gets_them_on_first_connection(home):
         assert ledger.billing("old-a")["outcomes"] == {DIED: 1}, "a claim left by the old code reads as it was"
         verdict, hit = ledger.judge_once("k", "old-a", "t", lambda: simulated_judge(sample_trajectory(), RUBRIC))
         assert not hit and ledger.billing("old-a")["extra_call_causes"] == {DIED: 1}
+        assert db.scalar(f"SELECT version_num FROM {migrations.VERSION_TABLE}") == migrations.head()
+        assert db.scalar("SELECT to_regclass('alembic_version')") is None, "Dagster's version table is not ours"
         db.close()
-        Database(scratch).connection().close()  # the migration runs again on every connection: a no-op now
+        _upgrade_at_head_takes_no_lock(scratch)
     finally:
         with admin.cursor() as cur:
             cur.execute(f"DROP DATABASE {scratch.database} WITH (FORCE)")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import dagster as dg
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy
 from rl_assets.resources.stores import Stores
-from rl_assets.stores.artifacts import CorruptArtifactError
+from rl_assets.stores.quarantine import read_or_quarantine
 
 
 def parent_policy(stores: Stores, config: ExperimentConfig, step: int) -> Policy:
@@ -26,16 +28,17 @@ def parent_policy(stores: Stores, config: ExperimentConfig, step: int) -> Policy
             f"step {step - 1} of {config.name} is not trained yet; step {step} cannot start",
             allow_retries=False,
         )
-    try:
-        policy = stores.checkpoints.load(config.name, config.rubric, step - 1, expected_hash=applied.policy_hash)
-        problem = None if policy is not None else "is missing"
-    except CorruptArtifactError as err:
-        stores.artifacts.quarantine(err.path)
-        policy, problem = None, f"was damaged ({err}); quarantined"
-    if policy is None:
-        stores.damage.report("step", config.step_key(step - 1), f"checkpoint {problem}")
+    checked = read_or_quarantine(
+        stores.artifacts,
+        stores.damage,
+        partial(stores.checkpoints.load, config.name, config.rubric, step - 1, expected_hash=applied.policy_hash),
+        "checkpoint",
+        "step",
+        config.step_key(step - 1),
+    )
+    if checked.record is None:
         raise dg.Failure(
-            f"the checkpoint of {config.name} step {step - 1} {problem}; the driver re-derives it first",
+            f"step {step - 1} of {config.name}: {checked.problem}; the driver re-derives it first",
             allow_retries=False,
         )
-    return policy
+    return checked.record

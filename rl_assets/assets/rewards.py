@@ -5,6 +5,8 @@ answered (an upload, a crash) is retried without calling the judge again,
 because the verdict was recorded first.
 """
 
+from functools import partial
+
 import dagster as dg
 
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
@@ -12,7 +14,7 @@ from rl_assets.assets.rubrics import run_rubric
 from rl_assets.domain.scoring import reward_of
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import StoresResource
-from rl_assets.stores.artifacts import CorruptArtifactError
+from rl_assets.stores.quarantine import read_or_quarantine
 
 
 class InjectedJudgeFault(RuntimeError):
@@ -35,15 +37,17 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     trial_id = config.trial(step, slot).trial_id
     if trial_id in state.attempts.failed_trials(experiment):
         raise dg.Failure(f"{trial_id} failed for good before it was judged; there is nothing to judge")
-    try:
-        trajectory = state.trials.trajectory(experiment, step, slot)
-        problem = None if trajectory is not None else "its trajectory record is missing"
-    except CorruptArtifactError as err:
-        state.artifacts.quarantine(err.path)
-        problem = f"its trajectory record was damaged ({err}); quarantined"
-    if problem is not None:
-        state.damage.report("trial", context.partition_key, problem)
-        raise dg.Failure(f"{trial_id}: {problem}; the driver runs the trial again", allow_retries=False)
+    checked = read_or_quarantine(
+        state.artifacts,
+        state.damage,
+        partial(state.trials.trajectory, experiment, step, slot),
+        "trajectory",
+        "trial",
+        context.partition_key,
+    )
+    if checked.record is None:
+        raise dg.Failure(f"{trial_id}: its {checked.problem}; the driver runs the trial again", allow_retries=False)
+    trajectory = checked.record
     rubric = run_rubric(context, state, config)
     attempt = context.retry_number
     key = judge.key(experiment, trajectory, rubric)

@@ -7,6 +7,7 @@ good is absent (``skip``), or takes its prompt group with it (``mask-group``).
 
 import time
 from collections import defaultdict
+from functools import partial
 from typing import Any
 
 import dagster as dg
@@ -14,12 +15,13 @@ import dagster as dg
 from rl_assets.assets.partitions import STEP, trial_partition_key
 from rl_assets.assets.policy import parent_policy
 from rl_assets.assets.rubrics import run_rubric
-from rl_assets.domain.bandit import canonical_batch, step_summary
+from rl_assets.batches import DamagedRecordError, UnsettledTrialError, step_batch
+from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
-from rl_assets.domain.models import Reward
+from rl_assets.domain.models import Reward, TrialSpec
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.trainer import TrainerResource
-from rl_assets.stores.artifacts import CorruptArtifactError
+from rl_assets.stores.quarantine import read_or_quarantine
 
 BACKFILL_WAIT_S = 3600.0
 """How long a backfill's weights run waits for an earlier step's rewards to be judged."""
@@ -27,42 +29,30 @@ BACKFILL_POLL_S = 2.0
 BACKFILL_TAG = "dagster/backfill"
 
 
-class DamagedRecordError(RuntimeError):
-    """A record a result depends on was damaged; its unit is marked for regeneration."""
+def _training_batch(state: Stores, config: ExperimentConfig, step: int) -> tuple[list[Reward], list[str]]:
+    """The step's batch to train on; a damaged reward is quarantined and its trial marked for judging again."""
 
-
-def step_batch(state: Stores, config: ExperimentConfig, step: int) -> tuple[list[Reward], list[str]]:
-    """``(canonical batch, trial ids left out)`` of a step."""
-    failed = state.attempts.failed_trials(config.name)
-    present: dict[str, Reward] = {}
-    missing = []
-    for spec in config.trials(step):
-        slot = spec.trial_id.split("-", 1)[1]
-        try:
-            reward = state.trials.reward(config.name, config.rubric, step, slot)
-        except CorruptArtifactError as err:
-            state.artifacts.quarantine(err.path)
-            state.damage.report("trial", str(trial_partition_key(config, step, slot)), f"reward record damaged: {err}")
+    def read(spec: TrialSpec, slot: str) -> Reward | None:
+        checked = read_or_quarantine(
+            state.artifacts,
+            state.damage,
+            partial(state.trials.reward, config.name, config.rubric, step, slot),
+            "reward",
+            "trial",
+            str(trial_partition_key(config, step, slot)),
+            missing_is_damage=False,  # a trial that failed for good has none; step_batch tells the two apart
+        )
+        if checked.problem is not None:
             raise DamagedRecordError(
                 f"the reward record of {spec.trial_id} was damaged and is quarantined; "
                 "`rl-assets train` judges it again (from the recorded verdict) and retrains"
-            ) from None
-        if reward is None:
-            if spec.trial_id not in failed:
-                raise dg.Failure(
-                    f"{spec.trial_id} has neither a reward nor a recorded failure; its step cannot train yet",
-                    allow_retries=False,
-                )
-            missing.append(spec.trial_id)
-        else:
-            present[spec.trial_id] = reward
-    if config.failed_trial_policy == "mask-group":
-        masked_groups = {t.rsplit("-", 1)[0] for t in missing}
-        for trial_id in list(present):
-            if trial_id.rsplit("-", 1)[0] in masked_groups:
-                missing.append(trial_id)
-                del present[trial_id]
-    return canonical_batch(list(present.values())), sorted(missing)
+            )
+        return checked.record
+
+    try:
+        return step_batch(config, step, state.attempts.failed_trials(config.name), read)
+    except UnsettledTrialError as err:
+        raise dg.Failure(str(err), allow_retries=False) from None
 
 
 def _train_step(
@@ -70,7 +60,7 @@ def _train_step(
 ) -> dict[str, Any]:
     """Train one step of ``config`` (already seen under the run's rubric); returns its metadata."""
     parent = parent_policy(state, config, step)
-    batch, left_out = step_batch(state, config, step)
+    batch, left_out = _training_batch(state, config, step)
     policy, applied, applied_now = trainer.train_step(
         state.training, state.checkpoints, config.name, config.rubric, step, parent, batch, config.lr
     )

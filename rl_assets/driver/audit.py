@@ -6,7 +6,8 @@ from every byte: the only full read of a world outside its build), each
 finished trial's trajectory and reward records and its verdicts, each
 trained step's checkpoint against the ledger's policy hash. A damaged
 record is moved to the home's ``quarantine/`` and its unit is marked damaged
-(see :mod:`rl_assets.stores.damage`), so the driver regenerates exactly that
+(see :mod:`rl_assets.stores.damage` and
+:func:`~rl_assets.stores.quarantine.read_or_quarantine`), so the driver regenerates exactly that
 unit; every other unit, and every intact verdict and rollout, is reused.
 """
 
@@ -21,18 +22,9 @@ from dagster import DagsterInstance
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.resources.stores import Stores
-from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.damage import Damage, DamageKind
+from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.worlds import LocalWorlds, WorldTamperedError
-
-
-def _problem(read: Callable[[], object | None], what: str, stores: Stores) -> str | None:
-    """Why the record cannot be used (quarantining it if damaged), or None if it is intact."""
-    try:
-        return None if read() is not None else f"{what} record is missing"
-    except CorruptArtifactError as err:
-        stores.artifacts.quarantine(err.path)
-        return f"{what} record was damaged ({err}); quarantined"
 
 
 def _trial_key(config: ExperimentConfig, trial_id: str) -> str:
@@ -57,6 +49,13 @@ def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config
             except (WorldTamperedError, FileNotFoundError) as err:
                 damaged("world", world_id, str(err))
 
+    def checked(read: Callable[[], object | None], what: str, kind: DamageKind, key: str) -> bool:
+        """Whether the record is usable; if not, it is quarantined (if damaged) and its unit marked damaged."""
+        result = read_or_quarantine(stores.artifacts, stores.damage, read, what, kind, key)
+        if result.newly_damaged:
+            found.append(Damage(kind, key, str(result.problem)))
+        return result.problem is None
+
     rewarded = instance.get_materialized_partitions(dg.AssetKey("rewards"))
     for step in range(config.steps):
         for spec in config.trials(step):
@@ -64,11 +63,8 @@ def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config
             key = str(trial_partition_key(config, step, slot))
             if key not in rewarded:
                 continue
-            problem = _problem(
-                partial(stores.trials.trajectory, config.name, step, slot), "trajectory", stores
-            ) or _problem(partial(stores.trials.reward, config.name, config.rubric, step, slot), "reward", stores)
-            if problem:
-                damaged("trial", key, problem)
+            if checked(partial(stores.trials.trajectory, config.name, step, slot), "trajectory", "trial", key):
+                checked(partial(stores.trials.reward, config.name, config.rubric, step, slot), "reward", "trial", key)
 
     rubric_hash = stores.rubrics.get(config.rubric).content_hash  # the home's registry, not just the built-ins
     for verdict_key in stores.verdicts.damaged_keys(f"{config.name}:"):
@@ -78,11 +74,10 @@ def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config
             damaged("trial", _trial_key(config, trial_id), "its verdict was modified; it is judged again")
 
     for applied in stores.training.steps(config.name, config.rubric):
-        problem = _problem(
+        checked(
             partial(stores.checkpoints.load, config.name, config.rubric, applied.step, applied.policy_hash),
             "checkpoint",
-            stores,
+            "step",
+            config.step_key(applied.step),
         )
-        if problem:
-            damaged("step", config.step_key(applied.step), problem)
     return found

@@ -39,7 +39,7 @@ from rl_assets.resources.world_store import RequestFactory
 from rl_assets.sandbox.launcher import SandboxTimeout, rollout_from_output
 from rl_assets.sandbox.protocol import ForkLayout
 from rl_assets.stores.database import Database
-from rl_assets.stores.locks import LockSpace, hashed, xact_lock
+from rl_assets.stores.world_seals import WorldSeals
 from rl_assets.worlds import tree_hash
 
 POD_START_ALLOWANCE_S = 120.0
@@ -151,6 +151,16 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
 
 
 @contextmanager
+def _seals() -> Iterator[WorldSeals]:
+    """The seal store on a connection of its own, closed after use: build pods and steps call this rarely."""
+    db = Database.from_env()
+    try:
+        yield WorldSeals(db)
+    finally:
+        db.close()
+
+
+@contextmanager
 def _build_lock(world_id: str) -> Iterator[None]:
     """A transaction-scoped Postgres advisory lock on the world, held through build, snapshot and seal.
 
@@ -159,32 +169,15 @@ def _build_lock(world_id: str) -> Iterator[None]:
     once. Build pods have no shared filesystem to lock, so the lock is in
     Postgres; it is released with the transaction, also when the pod dies.
     """
-    db = Database.from_env()
-    try:
-        with db.transaction() as cur:
-            xact_lock(cur, hashed(LockSpace.WORLD_BUILD, world_id))
-            yield
-    finally:
-        db.close()
+    with _seals() as seals, seals.building(world_id):
+        yield
 
 
 def _seal(world_id: str) -> str | None:
-    db = Database.from_env()
-    try:
-        value = db.scalar("SELECT content_hash FROM rl_world_seals WHERE world_id = %s", (world_id,))
-    finally:
-        db.close()
-    return None if value is None else str(value)
+    with _seals() as seals:
+        return seals.get(world_id)
 
 
 def _record_seal(world_id: str, digest: str, snapshot: str) -> None:
-    db = Database.from_env()
-    try:
-        with db.transaction() as cur:
-            cur.execute(
-                "INSERT INTO rl_world_seals (world_id, content_hash, snapshot) VALUES (%s, %s, %s) "
-                "ON CONFLICT (world_id) DO NOTHING",
-                (world_id, digest, snapshot),
-            )
-    finally:
-        db.close()
+    with _seals() as seals:
+        seals.record(world_id, digest, snapshot)

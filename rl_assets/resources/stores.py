@@ -21,7 +21,7 @@ from rl_assets.stores.verdicts import VerdictLedger
 
 
 class Stores:
-    """Every store of one home, sharing one database connection."""
+    """Every store of one home, sharing one database (a small connection pool, see :class:`Database`)."""
 
     def __init__(self, home: Path, db: Database) -> None:
         self.home = home

@@ -46,6 +46,26 @@ class AttemptLog:
             cur.execute("SELECT DISTINCT trial_id FROM rl_judge_attempts WHERE verdict_key = %s", (verdict_key,))
             return sorted(row[0] for row in cur.fetchall())
 
+    def generation_per_trial(self, experiment: str) -> dict[str, tuple[int, int]]:
+        """trial id -> (generation attempts, failed ones): who succeeded first try and who was retried."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT trial_id, count(*), count(*) FILTER (WHERE outcome = 'failed') FROM rl_generation_attempts "
+                "WHERE experiment = %s GROUP BY trial_id",
+                (experiment,),
+            )
+            return {t: (n, f) for t, n, f in cur.fetchall()}
+
+    def judging_per_trial(self, experiment: str) -> dict[str, tuple[int, int]]:
+        """trial id -> (judging attempts, failed ones)."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT trial_id, count(*), count(*) FILTER (WHERE outcome = 'failed') FROM rl_judge_attempts "
+                "WHERE experiment = %s GROUP BY trial_id",
+                (experiment,),
+            )
+            return {t: (n, f) for t, n, f in cur.fetchall()}
+
     def record_trial_failure(self, experiment: str, trial_id: str, phase: str, error: str) -> None:
         """Mark a trial failed for good: its step trains without it."""
         with self.db.transaction() as cur:

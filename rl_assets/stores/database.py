@@ -2,165 +2,39 @@
 
 Keeping the ledgers in the same database as Dagster's event log means one
 backup, one failure domain, and row locks that every process (driver, step
-workers, the CLI) shares. Tables are created on first connection.
+workers, the CLI) shares. The tables are migrated to the current revision
+once per process, on first use (see :mod:`rl_assets.stores.migrations`).
+
+Transactions run on a small pool of connections (SQLAlchemy, checked with a
+ping on checkout, so a connection a restarted server dropped is replaced
+instead of failing the next transaction). Session-level advisory locks never
+use this pool: a pooled connection given back while holding one would hand
+the lock to whoever takes it next, so :class:`~rl_assets.stores.locks.SessionLock`
+and the other holders of a lock that outlives a transaction open connections
+of their own (``Database.info.connect()``).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg2
 import psycopg2.extensions
+import sqlalchemy
 import sqlalchemy.exc
 from dagster_postgres.utils import DagsterPostgresException
 
 from rl_assets.services.postgres import PostgresInfo
-from rl_assets.stores.locks import LockKey, LockSpace, xact_lock
+from rl_assets.stores import migrations
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS rl_experiments (
-    name TEXT PRIMARY KEY,
-    config JSONB NOT NULL,
-    config_hash TEXT NOT NULL,
-    faults JSONB NOT NULL DEFAULT '{}',
-    forked_from TEXT,
-    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS rl_generation_attempts (
-    id BIGSERIAL PRIMARY KEY,
-    experiment TEXT NOT NULL,
-    trial_id TEXT NOT NULL,
-    attempt INT NOT NULL,
-    identity TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    error TEXT,
-    fork_kind TEXT,
-    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    finished_at TIMESTAMPTZ
-);
-CREATE TABLE IF NOT EXISTS rl_verdicts (
-    verdict_key TEXT PRIMARY KEY,
-    verdict JSONB NOT NULL,
-    content_hash TEXT NOT NULL,
-    recorded_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS rl_judge_calls (
-    id BIGSERIAL PRIMARY KEY,
-    verdict_key TEXT NOT NULL,
-    experiment TEXT NOT NULL,
-    trial_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    cause TEXT,
-    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    finished_at TIMESTAMPTZ
-);
-CREATE TABLE IF NOT EXISTS rl_judge_attempts (
-    id BIGSERIAL PRIMARY KEY,
-    experiment TEXT NOT NULL,
-    trial_id TEXT NOT NULL,
-    attempt INT NOT NULL,
-    verdict_key TEXT NOT NULL,
-    cache_hit BOOLEAN,
-    outcome TEXT NOT NULL,
-    started_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS rl_train_ledger (
-    experiment TEXT NOT NULL,
-    rubric TEXT NOT NULL,
-    step INT NOT NULL,
-    identity TEXT NOT NULL,
-    parent_hash TEXT NOT NULL,
-    policy_hash TEXT NOT NULL,
-    version INT NOT NULL,
-    actor_pid INT NOT NULL,
-    applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (experiment, rubric, step)
-);
-CREATE TABLE IF NOT EXISTS rl_trial_failures (
-    experiment TEXT NOT NULL,
-    trial_id TEXT NOT NULL,
-    phase TEXT NOT NULL,
-    error TEXT NOT NULL,
-    failed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (experiment, trial_id)
-);
-CREATE TABLE IF NOT EXISTS rl_damage (
-    id BIGSERIAL PRIMARY KEY,
-    kind TEXT NOT NULL,
-    partition_key TEXT NOT NULL,
-    detail TEXT NOT NULL,
-    detected_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    repaired_at TIMESTAMPTZ
-);
-CREATE UNIQUE INDEX IF NOT EXISTS rl_damage_open ON rl_damage (kind, partition_key) WHERE repaired_at IS NULL;
-CREATE TABLE IF NOT EXISTS rl_rubrics (
-    name TEXT PRIMARY KEY,
-    content_hash TEXT NOT NULL,
-    rubric JSONB NOT NULL,
-    registered_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS rl_scorings (
-    experiment TEXT NOT NULL,
-    rubric TEXT NOT NULL,
-    requested_by TEXT NOT NULL,
-    requested_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (experiment, rubric)
-);
-CREATE TABLE IF NOT EXISTS rl_sensor_requests (
-    experiment TEXT NOT NULL,
-    run_key TEXT NOT NULL,
-    requested_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (experiment, run_key)
-);
-CREATE TABLE IF NOT EXISTS rl_world_seals (
-    world_id TEXT PRIMARY KEY,
-    content_hash TEXT NOT NULL,
-    snapshot TEXT NOT NULL,
-    sealed_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS rl_judge_rate (
-    id BIGSERIAL PRIMARY KEY,
-    judge_id TEXT NOT NULL,
-    called_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
-);
-CREATE INDEX IF NOT EXISTS rl_judge_rate_window ON rl_judge_rate (judge_id, called_at);
-CREATE TABLE IF NOT EXISTS rl_driver_attempts (
-    id BIGSERIAL PRIMARY KEY,
-    experiment TEXT NOT NULL,
-    pid INT NOT NULL,
-    started_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-"""
-
-MIGRATIONS = """
-ALTER TABLE rl_judge_calls ADD COLUMN IF NOT EXISTS timed_out_at TIMESTAMPTZ;
-ALTER TABLE rl_judge_calls ADD COLUMN IF NOT EXISTS error TEXT;
-ALTER TABLE rl_verdicts ADD COLUMN IF NOT EXISTS call_id BIGINT;
-ALTER TABLE rl_experiments ADD COLUMN IF NOT EXISTS lock_key INT GENERATED BY DEFAULT AS IDENTITY;
-CREATE UNIQUE INDEX IF NOT EXISTS rl_experiments_lock_key ON rl_experiments (lock_key);
-"""
-"""Columns added since the first release, for homes whose tables predate them (``IF NOT EXISTS``: a no-op after).
-
-``rl_judge_calls.timed_out_at``/``error``: what happened to a call (see
-:mod:`rl_assets.stores.verdicts`); ``rl_verdicts.call_id``: which call's
-answer is the stored one; ``rl_experiments.lock_key``: the experiment's
-driver lock (see :mod:`rl_assets.stores.locks`), numbered for existing rows too.
-"""
-
-MIGRATED = """
-SELECT (SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema()
-        AND (table_name, column_name) IN (('rl_judge_calls', 'timed_out_at'), ('rl_judge_calls', 'error'),
-                                          ('rl_verdicts', 'call_id'), ('rl_experiments', 'lock_key'))) = 4
-   AND EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'rl_experiments_lock_key')
-"""
-"""Whether :data:`MIGRATIONS` has nothing left to do. Checked first because an ``ALTER TABLE``, even a
-no-op one, takes an exclusive lock on its table, and taken on every connect it deadlocks with other
-connections' open transactions on those tables (seen in CI with four concurrent judges)."""
-
-SCHEMA_LOCK = LockKey(LockSpace.SCHEMA, 0)
 RECONNECT_TIMEOUT_S = 120.0
+POOL_SIZE = 2
+"""Connections kept open per process: a step uses one at a time; judge threads may briefly want more."""
+POOL_OVERFLOW = 6
 
 TRANSIENT_DB_ERRORS: tuple[type[BaseException], ...] = (
     psycopg2.OperationalError,
@@ -171,59 +45,71 @@ TRANSIENT_DB_ERRORS: tuple[type[BaseException], ...] = (
 )
 """What a lost or restarting Postgres raises, through our ledgers or through Dagster's storage."""
 
-
-def _alive(conn: psycopg2.extensions.connection) -> bool:
-    if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
-        return True  # in use by an open transaction of ours; a ping would interleave with it
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1")
-        conn.rollback()
-        return True
-    except (psycopg2.OperationalError, psycopg2.InterfaceError):
-        return False
+_migrated: set[PostgresInfo] = set()
+_migrating = threading.Lock()
 
 
 class Database:
-    """A lazily opened connection to the ledger tables."""
+    """A lazily created connection pool to the ledger tables."""
 
     def __init__(self, info: PostgresInfo) -> None:
         self.info = info
-        self._conn: psycopg2.extensions.connection | None = None
+        self._engine: sqlalchemy.Engine | None = None
+        self._pid = 0
+        self._mutex = threading.Lock()
 
     @classmethod
     def from_env(cls) -> Database:
         return cls(PostgresInfo.from_env())
 
-    def connection(self) -> psycopg2.extensions.connection:
-        """The open connection; a lost one (a restarted server) is replaced, waiting for the server."""
-        if self._conn is not None and not self._conn.closed and _alive(self._conn):
-            return self._conn
-        self.close()
+    def _pool(self) -> sqlalchemy.Engine:
+        with self._mutex:
+            if self._engine is not None and self._pid != os.getpid():
+                self._engine.dispose(close=False)  # a forked child: the parent's connections are the parent's
+                self._engine = None
+            if self._engine is None:
+                self._engine = sqlalchemy.create_engine(
+                    "postgresql+psycopg2://",
+                    creator=self.info.connect,
+                    pool_size=POOL_SIZE,
+                    max_overflow=POOL_OVERFLOW,
+                    pool_pre_ping=True,
+                )
+                self._pid = os.getpid()
+            engine = self._engine
+        with _migrating:
+            if self.info not in _migrated:
+                migrations.upgrade(engine)
+                _migrated.add(self.info)
+        return engine
+
+    def _checkout(self) -> sqlalchemy.PoolProxiedConnection:
+        """A pooled connection; while the server is restarting, waits for it to accept connections."""
         deadline = time.monotonic() + RECONNECT_TIMEOUT_S
         while True:
             try:
-                conn = self.info.connect()
-                break
-            except psycopg2.OperationalError:
+                return self._pool().raw_connection()
+            except (psycopg2.OperationalError, sqlalchemy.exc.OperationalError):  # the pool's, and the migration's
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)  # the server is restarting: poll until it accepts connections
-        with conn, conn.cursor() as cur:
-            xact_lock(cur, SCHEMA_LOCK)  # concurrent CREATE ... IF NOT EXISTS can still collide on the catalog
-            cur.execute(SCHEMA)
-            cur.execute(MIGRATED)
-            if not cur.fetchone()[0]:
-                cur.execute(MIGRATIONS)
-        self._conn = conn
-        return self._conn
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg2.extensions.cursor]:
-        """A cursor in one transaction, committed on success, rolled back on error."""
-        conn = self.connection()
-        with conn, conn.cursor() as cur:
-            yield cur
+        """A cursor in one transaction, committed on success, rolled back on error; its connection is pooled again."""
+        conn = self._checkout()
+        try:
+            with conn.cursor() as cur:
+                yield cur
+            conn.commit()
+        except (psycopg2.OperationalError, psycopg2.InterfaceError):
+            conn.invalidate()  # lost with the server: never back into the pool
+            raise
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
 
     def scalar(self, sql: str, params: tuple = ()) -> object:
         with self.transaction() as cur:
@@ -232,6 +118,8 @@ class Database:
         return None if row is None else row[0]
 
     def close(self) -> None:
-        if self._conn is not None and not self._conn.closed:
-            self._conn.close()
-        self._conn = None
+        """Close the pool's connections; the next transaction opens a new pool."""
+        with self._mutex:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.dispose(close=self._pid == os.getpid())

@@ -15,7 +15,7 @@ Keys within a space:
 - ``VERDICT``, ``JUDGE_RATE``, ``TRAIN_STEP`` and ``WORLD_BUILD``: a 32-bit hash of the verdict key or judge
   id. Two keys may collide; a collision only makes their holders take turns,
   which costs time and never correctness.
-- ``SCHEMA``: a single lock serialising the ``CREATE ... IF NOT EXISTS``.
+- ``SCHEMA``: a single lock serialising migrations (see :mod:`rl_assets.stores.migrations`).
 
 A session-level lock lives as long as its connection. When Postgres restarts,
 every such lock is gone; :class:`SessionLock` therefore holds its lock on a

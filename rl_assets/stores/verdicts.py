@@ -131,7 +131,7 @@ def _retrying(write: Callable[[], T]) -> T:
             return write()
         except TRANSIENT_DB_ERRORS:
             if time.monotonic() > deadline:
-                raise  # Database.connection() itself waits for a restarting server; this is a longer outage
+                raise  # Database.transaction() itself waits for a restarting server; this is a longer outage
             time.sleep(0.5)
 
 
