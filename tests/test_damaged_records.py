@@ -172,3 +172,15 @@ def test_status_reports_a_damaged_reward_and_leaves_it_for_train_to_repair(home,
     _assert_clean(result, trained)
     assert f"trial damaged/s0|{slot}: reward record was damaged" in stderr
     assert list((home / "quarantine" / "rewards").rglob(f"{slot}.json.*")), "train quarantined it"
+
+
+def test_a_unit_repaired_again_and_again_is_never_given_up_as_crashing(home, trained):
+    """Each repair runs the trial again though no run of it failed: only failed runs count toward giving up."""
+    reward = home / "artifacts" / f"rewards/{NAME}/v1/s0/p1-n0.json"
+    for _ in range(3):  # with every run counted, the third repair found 3 runs and failed the trial for good
+        reward.unlink()
+        result, stderr = _train(home)
+        _assert_clean(result, trained)
+        assert "its runs died" not in stderr
+    report = json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
+    assert "s0-p1-n0" not in report["generate"]["failed_for_good"]

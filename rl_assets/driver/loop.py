@@ -43,6 +43,7 @@ EXIT_BUSY = 75
 DB_OUTAGE_TIMEOUT_S = 180.0
 EXIT_GAVE_UP = 70
 MAX_RUNS_PER_UNIT = 3
+"""Runs of a unit that may fail in a row (since its last success) before the driver gives up on it."""
 POLL_S = 0.25
 SENSOR_TICK_WAIT_S = 60.0
 """How long a starting driver waits for a driver sensor's tick that holds the experiment's lock."""
@@ -57,9 +58,9 @@ def _ensure_partitions(instance: DagsterInstance, name: str, keys: list[str]) ->
 def _give_up_on_crashing_units(stores: Stores, p: Plan) -> None:
     for step in p.steps:
         for trial in step.trials:
-            if trial.state == "pending" and trial.runs >= MAX_RUNS_PER_UNIT:
+            if trial.state == "pending" and trial.failures >= MAX_RUNS_PER_UNIT:
                 stores.attempts.record_trial_failure(
-                    p.config.name, trial.trial_id, "run", f"its runs died {trial.runs} times"
+                    p.config.name, trial.trial_id, "run", f"its runs died {trial.failures} times"
                 )
 
 
@@ -173,9 +174,9 @@ def _pass(
         del workers[run_id]
     for launch in p.launches:
         unit = launch.job in ("trial_job", "judge_job")
-        if not unit and launch.generation >= MAX_RUNS_PER_UNIT:
+        if not unit and launch.failures >= MAX_RUNS_PER_UNIT:
             print(
-                f"{launch.job} {launch.partition_key} failed {launch.generation} times; giving up; "
+                f"{launch.job} {launch.partition_key} failed {launch.failures} times; giving up; "
                 f"see the run logs in {home.logs}",
                 file=sys.stderr,
             )

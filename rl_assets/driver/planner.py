@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import dagster as dg
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
@@ -43,6 +43,9 @@ class Launch:
     partition_key: str
     tags: dict[str, str]
     generation: int
+    """Runs of the unit so far, of any outcome: numbers the run key, so each launch's key is new."""
+    failures: int = 0
+    """Runs of the unit that failed since its last success: what the driver gives up on."""
 
     @property
     def run_key(self) -> str:
@@ -55,6 +58,8 @@ class TrialStatus:
     partition_key: str
     state: TrialState
     runs: int
+    failures: int
+    """Runs that failed since the trial's last successful run (a repaired trial starts again at 0)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,21 @@ def _partition_tags(partition_key: str, dims: dict[str, str] | None = None) -> d
     return tags
 
 
+def _failures_since_success(runs: list[DagsterRun]) -> int:
+    """Failed or canceled runs newer than the unit's last successful one (``runs`` newest first, as stored).
+
+    A unit repaired after a damaged record runs again though none of its runs failed; counting all its
+    runs would give it up as crashing after its second repair.
+    """
+    failures = 0
+    for run in runs:
+        if run.status == DagsterRunStatus.SUCCESS:
+            break
+        if run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
+            failures += 1
+    return failures
+
+
 def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, rubric: str | None = None) -> Plan:
     """The experiment's status under ``rubric`` (default: its own) and the runs to launch next.
 
@@ -112,9 +132,10 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
     for run in runs:
         by_unit[(run.tags.get(PARTITION_TAG, ""), run.tags.get(RUBRIC_TAG, config.rubric))].append(run)
 
-    def run_counts(key: str) -> tuple[bool, int]:
+    def run_counts(key: str) -> tuple[bool, int, int]:
+        """(a run in flight, runs so far, runs failed since the last success) of one unit."""
         rs = by_unit.get((key, scoring.rubric), [])
-        return any(r.status in ACTIVE_STATUSES for r in rs), len(rs)
+        return any(r.status in ACTIVE_STATUSES for r in rs), len(rs), _failures_since_success(rs)
 
     base_tags = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}
     launches: list[Launch] = []
@@ -122,9 +143,10 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
         built = instance.get_materialized_partitions(dg.AssetKey("worlds")) - stores.damage.open_keys("world")
         worlds_missing = [w for w in config.world_ids if w not in built]
         for world_id in worlds_missing:
-            active, count = run_counts(world_id)
+            active, count, failures = run_counts(world_id)
             if not active:
-                launches.append(Launch("world_job", world_id, {**base_tags, **_partition_tags(world_id)}, count))
+                tags = {**base_tags, **_partition_tags(world_id)}
+                launches.append(Launch("world_job", world_id, tags, count, failures))
         if worlds_missing:
             return Plan(scoring, worlds_missing, [], launches)
 
@@ -150,7 +172,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
         for spec in config.trials(s):
             slot = spec.trial_id.split("-", 1)[1]
             key = str(trial_partition_key(config, s, slot))
-            active, count = run_counts(key)
+            active, count, failures = run_counts(key)
             state: TrialState
             if key in rewarded:
                 state = "ok"
@@ -161,15 +183,16 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
             else:
                 state = "pending"
                 tags = {**base_tags, **_partition_tags(key, {"step": step_key, "trial": slot})}
-                launches.append(Launch(unit_job, key, tags, count))
-            trials.append(TrialStatus(spec.trial_id, key, state, count))
+                launches.append(Launch(unit_job, key, tags, count, failures))
+            trials.append(TrialStatus(spec.trial_id, key, state, count, failures))
         ledgered = stores.training.get(config.name, scoring.rubric, s) is not None
         trained = ledgered and step_key in trained_keys
-        train_active, train_count = run_counts(step_key)
+        train_active, train_count, train_failures = run_counts(step_key)
         all_terminal = all(t.state in ("ok", "failed") for t in trials)
         chain_ready = not steps or steps[-1].trained
         if all_terminal and chain_ready and not trained and not train_active:
-            launches.append(Launch("train_job", step_key, {**base_tags, **_partition_tags(step_key)}, train_count))
+            tags = {**base_tags, **_partition_tags(step_key)}
+            launches.append(Launch("train_job", step_key, tags, train_count, train_failures))
         steps.append(StepStatus(s, step_key, trials, trained, train_active))
         if not trained and not rescoring:
             break  # the next step's rollouts need this step's policy
