@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rl_assets.domain.bandit import apply_step
+from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward, Rubric, Trajectory, TrialSpec, Verdict
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
@@ -37,6 +38,9 @@ class SimulatedJudge:
 @dataclass(frozen=True)
 class BanditTrainer:
     """The bandit update (:func:`rl_assets.domain.bandit.apply_step`); a checkpoint is the policy's JSON."""
+
+    def initial(self, config: ExperimentConfig) -> Policy:
+        return Policy.initial(config.world_ids)
 
     def update(self, parent: Policy, batch: list[Reward], lr: float) -> Policy:
         return apply_step(parent, batch, lr)

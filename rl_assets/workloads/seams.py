@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from rl_assets.domain.agent import Rollout
+from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward, Rubric, Trajectory, TrialSpec, Verdict
 from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
 
@@ -136,7 +137,7 @@ class Judge(Protocol):
 
 
 class Trainer(Protocol):
-    """Applies one step's canonical batch to a parent policy; checkpoints and restores policies.
+    """The initial policy; one step's canonical batch applied to a parent policy; checkpoints and restores.
 
     Runs inside the detached trainer actor (:mod:`rl_assets.trainer_actor`),
     which remembers applied step identities; the training ledger around it
@@ -146,6 +147,10 @@ class Trainer(Protocol):
     inverts ``checkpoint`` exactly (a rebuilt actor resumes from a
     checkpoint it is handed).
     """
+
+    def initial(self, config: ExperimentConfig) -> Policy:
+        """The policy step 0 starts from (version 0); the same for every call with an equal config."""
+        ...
 
     def update(self, parent: Policy, batch: list[Reward], lr: float) -> Policy:
         """The policy after one step on ``batch`` (already in canonical order), version ``parent.version + 1``."""
