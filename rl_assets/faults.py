@@ -28,7 +28,11 @@ from rl_assets.workloads.seams import Environment, Judge, RequestFactory
 
 
 class InjectedJudgeFault(RuntimeError):
-    """An injected failure after the verdict was recorded."""
+    """An injected failure after the verdict was recorded; ``cache_hit`` is how the verdict was had."""
+
+    def __init__(self, message: str, cache_hit: bool) -> None:
+        super().__init__(message)
+        self.cache_hit = cache_hit
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,10 @@ class FaultyJudging:
         timeout_s: float,
         judge: Judge,
     ) -> tuple[Verdict, bool]:
-        outcome = self.inner.judge(ledger, trajectory, rubric, experiment, latency_s, timeout_s, judge)
+        verdict, cache_hit = self.inner.judge(ledger, trajectory, rubric, experiment, latency_s, timeout_s, judge)
         if self.injection.attempt == 0 and self.injection.faults.judge_flakes(trajectory.trial_id):
-            raise InjectedJudgeFault(f"injected failure after the judge answered for {trajectory.trial_id}")
-        return outcome
+            raise InjectedJudgeFault(f"injected failure after the judge answered for {trajectory.trial_id}", cache_hit)
+        return verdict, cache_hit
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,18 @@
-"""Fault injection wraps the environment seam: only a trial's first attempt carries its faults, as drawn."""
+"""Fault injection wraps the seams: only a unit's first attempt carries its faults, as drawn."""
 
 from __future__ import annotations
 
 from functools import partial
 
+import pytest
+from samples import RUBRIC, sample_trajectory
+
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy
 from rl_assets.domain.runtime import FaultConfig
-from rl_assets.faults import FaultInjection
+from rl_assets.domain.scoring import simulated_judge
+from rl_assets.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
 from rl_assets.workloads.registry import REFERENCE
 from rl_assets.workloads.seams import RequestFactory
@@ -58,3 +62,23 @@ def test_first_attempts_carry_the_drawn_faults_and_retries_none():
 
 def test_without_faults_the_request_is_the_agents_own():
     assert all(not r.hang and r.fail_below == 0.0 for r in _requests(FaultConfig(), 0).values())
+
+
+class AnsweringJudging:
+    """The ledgered judging call, minus the ledger: every verdict is a cache hit."""
+
+    def judge(self, ledger, trajectory, rubric, experiment, latency_s, timeout_s, judge):
+        return judge.verdict(trajectory, rubric), True
+
+
+def test_an_injected_judge_fault_comes_after_the_answer_and_says_how_it_was_had():
+    faults, trajectory = FaultConfig(judge_flake_rate=1.0), sample_trajectory()
+    first = FaultInjection(faults, 0).judging(AnsweringJudging())  # type: ignore[arg-type]
+    with pytest.raises(InjectedJudgeFault, match="after the judge answered") as caught:
+        first.judge(None, trajectory, RUBRIC, "faults", 0, 1, REFERENCE.judge)  # type: ignore[arg-type]
+    assert caught.value.cache_hit is True
+    retry = FaultInjection(faults, 1).judging(AnsweringJudging())  # type: ignore[arg-type]
+    assert retry.judge(None, trajectory, RUBRIC, "faults", 0, 1, REFERENCE.judge) == (  # type: ignore[arg-type]
+        simulated_judge(trajectory, RUBRIC),
+        True,
+    )

@@ -10,7 +10,7 @@ import dagster as dg
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
 from rl_assets.domain.scoring import reward_of
-from rl_assets.faults import FaultInjection
+from rl_assets.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import StoresResource
 from rl_assets.stores.artifacts import CorruptArtifactError
@@ -62,6 +62,8 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
             )
         )
     except Exception as err:
+        if isinstance(err, InjectedJudgeFault):  # the verdict was had; the attempt's record says how
+            cache_hit = err.cache_hit
         state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "failed")
         if attempt < config.judge_retries:
             context.log.warning(f"judging {trial_id} attempt {attempt} failed: {err}; retrying")
