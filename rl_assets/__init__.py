@@ -25,6 +25,13 @@ _EXPORTS: dict[str, str] = {
     "Trajectory": "rl_assets.domain.models",
     "Verdict": "rl_assets.domain.models",
     "Reward": "rl_assets.domain.models",
+    # The seams a workload plugs into, and the bundle that names one (register it with
+    # rl_assets.workloads.registry.register, select it with --workload).
+    "Environment": "rl_assets.workloads.seams",
+    "Agent": "rl_assets.workloads.seams",
+    "Judge": "rl_assets.workloads.seams",
+    "Trainer": "rl_assets.workloads.seams",
+    "Workload": "rl_assets.workloads.registry",
     # The Dagster resources, to configure or replace in a deployment's Definitions.
     "StoresResource": "rl_assets.resources.stores",
     "WorldStoreResource": "rl_assets.resources.world_store",

@@ -28,6 +28,7 @@ from rl_assets.domain.names import InvalidNameError, check_experiment_name, chec
 from rl_assets.domain.rubrics import UnknownRubricError
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.home import Home, HomeError
+from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
 MAX_DRIVER_ATTEMPTS = 3
 DB_OUTAGE_TIMEOUT_S = 180.0
@@ -96,6 +97,10 @@ def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runti
     runtime = Runtime(faults=_validated(FaultConfig, args), execution=_validated(ExecutionSettings, args))
     if runtime.faults.crash_driver_at_step is not None and runtime.faults.crash_driver_at_step >= config.steps:
         raise UsageError(f"--crash-driver-at-step: must be below --steps ({config.steps})")
+    try:
+        workload_of(config)
+    except UnknownWorkloadError as err:
+        raise UsageError(f"--workload: {err}") from None
     return config, runtime
 
 

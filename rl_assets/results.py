@@ -13,6 +13,7 @@ from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, StepResult
 from rl_assets.resources.stores import Stores
+from rl_assets.workloads.registry import workload_of
 
 PRIOR_DECIMALS = 6
 """Priors are sums of rounded rewards; printing them to 6 places hides float noise only."""
@@ -41,7 +42,7 @@ def step_results(stores: Stores, config: ExperimentConfig) -> list[StepResult]:
 def final_policy(stores: Stores, config: ExperimentConfig) -> Policy:
     steps = stores.training.steps(config.name, config.rubric)
     if not steps:
-        return Policy.initial(config.world_ids)
+        return workload_of(config).trainer.initial(config)
     last = steps[-1]
     policy = stores.checkpoints.load(config.name, config.rubric, last.step, expected_hash=last.policy_hash)
     assert policy is not None, f"checkpoint of step {last.step} is missing"

@@ -5,6 +5,9 @@ It lives on the home's long-lived Ray head, outliving drivers and runs, so the
 process. It remembers which step identities it applied, so a replayed call
 returns the recorded result instead of updating twice; after a restart (a
 killed actor or head) it is rebuilt from the parent checkpoint it is handed.
+The update itself is the experiment's workload's
+:class:`~rl_assets.workloads.seams.Trainer`, as are the checkpoints it is
+handed and returns.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import os
 
 import ray
 
-from rl_assets.domain.bandit import apply_step
 from rl_assets.domain.models import Policy, Reward
+from rl_assets.workloads.registry import REFERENCE, workload
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -27,16 +30,23 @@ class TrainerActor:
         return os.getpid()
 
     def apply(
-        self, chain: str, identity: str, parent_json: str, batch_json: list[str], lr: float
+        self,
+        chain: str,
+        identity: str,
+        parent_checkpoint: str,
+        batch_json: list[str],
+        lr: float,
+        workload_name: str = REFERENCE.name,
     ) -> tuple[str, int, bool]:
-        """Apply step ``identity`` to ``chain``; returns ``(policy json, pid, applied now)``."""
+        """Apply step ``identity`` to ``chain``; returns ``(policy checkpoint, pid, applied now)``."""
+        trainer = workload(workload_name).trainer
         if identity in self.applied:
-            return self.applied[identity].model_dump_json(), os.getpid(), False
-        parent = Policy.model_validate_json(parent_json)
+            return trainer.checkpoint(self.applied[identity]), os.getpid(), False
+        parent = trainer.restore(parent_checkpoint)
         current = self.policies.get(chain)
         if current is None or current.content_hash != parent.content_hash:
             current = parent  # restore from the checkpoint after a restart or a rewind
-        new = apply_step(current, [Reward.model_validate_json(r) for r in batch_json], lr)
+        new = trainer.update(current, [Reward.model_validate_json(r) for r in batch_json], lr)
         self.policies[chain] = new
         self.applied[identity] = new
-        return new.model_dump_json(), os.getpid(), True
+        return trainer.checkpoint(new), os.getpid(), True

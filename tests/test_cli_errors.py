@@ -20,6 +20,8 @@ import pytest
         (["--hang-trial-rate", "abc"], "argument --hang-trial-rate: invalid float value: 'abc'"),
         (["--trial-timeout", "0"], "--trial-timeout: Input should be greater than 0"),
         (["--crash-driver-at-step", "3"], "--crash-driver-at-step: must be below --steps (3)"),
+        (["--workload", "nope"], "--workload: no workload named 'nope' (registered: reference)"),
+        (["--workload", "Ref"], "--workload: must be 1 to 40 lowercase letters, digits or '-', starting with a letter"),
     ],
 )
 def test_bad_arguments_fail_fast_with_one_line(tmp_path, args, message):

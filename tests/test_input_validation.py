@@ -206,6 +206,8 @@ _BAD_START = [
     ({"rubric": "nosuch"}, "rubric: unknown rubric 'nosuch'"),
     ({"rubric": "lpinf"}, "rubric: lpinf.json: not JSON (Infinity is not a JSON number)"),
     ({"name": "a/b"}, "name: must be 1 to 40 lowercase letters"),
+    ({"workload": "../x"}, "workload: must be 1 to 40 lowercase letters"),
+    ({"workload": "nosuch"}, "workload: no workload named 'nosuch' (registered: reference)"),
 ]
 
 

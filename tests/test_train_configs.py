@@ -1,4 +1,4 @@
-"""Configurations beyond the reference one, end to end, against the spec oracle (``tests/spec_oracle.py``).
+"""Configurations beyond the reference one, end to end, against the spec oracle (``rl_assets/testing/oracle.py``).
 
 Between them they change every number of the config (steps, worlds, prompts, samples, lr, max_turns) and
 the rubric; trials that fail for good are in ``test_failed_trial_policy.py``.

@@ -10,6 +10,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy
 from rl_assets.resources.stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
+from rl_assets.workloads.registry import workload_of
 
 
 def parent_policy(stores: Stores, config: ExperimentConfig, step: int) -> Policy:
@@ -21,7 +22,7 @@ def parent_policy(stores: Stores, config: ExperimentConfig, step: int) -> Policy
     damaged so the driver re-derives it first.
     """
     if step == 0:
-        return Policy.initial(config.world_ids)
+        return workload_of(config).trainer.initial(config)
     applied = stores.training.get(config.name, config.rubric, step - 1)
     if applied is None:
         raise dg.Failure(

@@ -12,13 +12,11 @@ import dagster as dg
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
 from rl_assets.domain.scoring import reward_of
+from rl_assets.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import StoresResource
 from rl_assets.stores.quarantine import read_or_quarantine
-
-
-class InjectedJudgeFault(RuntimeError):
-    """An injected failure after the verdict was recorded."""
+from rl_assets.workloads.registry import workload_of
 
 
 @dg.asset(
@@ -50,20 +48,26 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     trajectory = checked.record
     rubric = run_rubric(context, state, config)
     attempt = context.retry_number
-    key = judge.key(experiment, trajectory, rubric)
+    chosen = workload_of(config).judge
+    key = judge.key(experiment, trajectory, rubric, chosen)
     cache_hit: bool | None = None
     try:
-        verdict, cache_hit = judge.judge(
-            state.verdicts,
-            trajectory,
-            rubric,
-            experiment,
-            latency_s=runtime.execution.judge_latency_s,
-            timeout_s=runtime.execution.judge_timeout_s,
+        verdict, cache_hit = (
+            FaultInjection(runtime.faults, attempt)
+            .judging(judge)
+            .judge(
+                state.verdicts,
+                trajectory,
+                rubric,
+                experiment,
+                latency_s=runtime.execution.judge_latency_s,
+                timeout_s=runtime.execution.judge_timeout_s,
+                judge=chosen,
+            )
         )
-        if attempt == 0 and runtime.faults.judge_flakes(trial_id):
-            raise InjectedJudgeFault(f"injected failure after the judge answered for {trial_id}")
     except Exception as err:
+        if isinstance(err, InjectedJudgeFault):  # the verdict was had; the attempt's record says how
+            cache_hit = err.cache_hit
         state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "failed")
         if attempt < config.judge_retries:
             context.log.warning(f"judging {trial_id} attempt {attempt} failed: {err}; retrying")
@@ -85,7 +89,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
             "turns": reward.turns,
             "rubric": rubric.name,
             "rubric_hash": rubric.content_hash,
-            "judge": judge.judge_id,
+            "judge": judge.identity(chosen),
             "judge_cache": "hit" if cache_hit else "call",
             "attempt": attempt,
             "trajectory_hash": trajectory.content_hash,

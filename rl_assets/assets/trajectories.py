@@ -15,13 +15,12 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import Policy, Trajectory, TrialSpec
 from rl_assets.domain.runtime import Runtime
+from rl_assets.faults import FaultInjection
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
-from rl_assets.sandbox.protocol import SandboxRequest
 from rl_assets.stores.artifacts import CorruptArtifactError
+from rl_assets.workloads.registry import workload_of
 from rl_assets.worlds import WorldTamperedError
-
-AGENT_VERSION = "reference-agent-v1"
 
 
 @dg.asset(
@@ -51,7 +50,7 @@ def trajectories(
             "spec": spec.model_dump(mode="json"),
             "world": world_hash,
             "policy": policy.content_hash,
-            "agent": AGENT_VERSION,
+            "agent": workload_of(config).agent.version,
         }
     )
     attempt = context.retry_number
@@ -118,27 +117,21 @@ def _generate(
     attempt: int,
 ) -> tuple[Trajectory, str]:
     """Run one sandboxed attempt, logging it durably; retry or fail for good on error."""
-    faults, execution = runtime.faults, runtime.execution
+    execution, agent = runtime.execution, workload_of(config).agent
     fork_kind = world_store.fork_kind()
     attempt_id = state.attempts.start_generation(config.name, spec.trial_id, attempt, identity, fork_kind)
-    request_faults = {
-        "fail_below": faults.flaky_trial_rate if attempt == 0 else 0.0,
-        "hang": attempt == 0 and faults.trial_hangs(spec.trial_id),
-    }
     try:
-        rollout = world_store.rollout(
-            spec.world_id,
-            config.name,
-            spec.trial_id,
-            attempt_id,
-            lambda fork: SandboxRequest(
-                spec=spec,
-                prior=policy.priors[spec.world_id],
-                fork=fork,
-                tool_latency_s=execution.tool_latency_s,
-                **request_faults,
-            ),
-            timeout_s=execution.trial_timeout_s,
+        rollout = (
+            FaultInjection(runtime.faults, attempt)
+            .environment(world_store)
+            .rollout(
+                spec.world_id,
+                config.name,
+                spec.trial_id,
+                attempt_id,
+                lambda fork: agent.request(spec, policy, fork, execution.tool_latency_s),
+                timeout_s=execution.trial_timeout_s,
+            )
         )
     except Exception as err:  # any sandbox failure is this trial's, never the step's
         state.attempts.finish_generation(attempt_id, "failed", str(err))

@@ -62,7 +62,7 @@ def _train_step(
     parent = parent_policy(state, config, step)
     batch, left_out = _training_batch(state, config, step)
     policy, applied, applied_now = trainer.train_step(
-        state.training, state.checkpoints, config.name, config.rubric, step, parent, batch, config.lr
+        state.training, state.checkpoints, config.name, config.rubric, step, parent, batch, config.lr, config.workload
     )
     state.damage.repaired("step", config.step_key(step))
     where = f"step {step} of {config.name} under {config.rubric}"

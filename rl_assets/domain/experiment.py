@@ -11,7 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import FailedTrialPolicy, TrialSpec
-from rl_assets.domain.names import EXPERIMENT_NAME_RULE, RUBRIC_NAME_RULE, ExperimentName, RubricName
+from rl_assets.domain.names import (
+    EXPERIMENT_NAME_RULE,
+    RUBRIC_NAME_RULE,
+    WORKLOAD_NAME_RULE,
+    ExperimentName,
+    RubricName,
+    WorkloadName,
+)
 
 # Upper bounds: far above any real use of the reference workload, low enough that a typo
 # (--steps 1000000000, --lr 1e300) is refused up front instead of exhausting memory or time later.
@@ -64,6 +71,13 @@ class ExperimentConfig(BaseModel):
         description=(
             "What a step does with a trial that failed for good: 'skip' drops the trial, "
             "'mask-group' drops every trial of its prompt group."
+        ),
+    )
+    workload: WorkloadName = Field(
+        "reference",
+        description=(
+            "The registered workload (agent, judge and trainer) to run: 'reference' is the bandit of "
+            f"reference-workload.md; a name of {WORKLOAD_NAME_RULE}. Configs stored before this field run 'reference'."
         ),
     )
 

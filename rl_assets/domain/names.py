@@ -19,6 +19,8 @@ RUBRIC_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 RUBRIC_NAME_RULE = "1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit"
 EXPERIMENT_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,39}$"
 EXPERIMENT_NAME_RULE = "1 to 40 lowercase letters, digits, '_' or '-', starting with a letter or digit"
+WORKLOAD_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
+WORKLOAD_NAME_RULE = "1 to 40 lowercase letters, digits or '-', starting with a letter"
 
 
 class InvalidNameError(ValueError):
@@ -41,10 +43,17 @@ def check_experiment_name(name: object) -> str:
     return _check(name, EXPERIMENT_NAME_PATTERN, EXPERIMENT_NAME_RULE)
 
 
+def check_workload_name(name: object) -> str:
+    """``name`` if it is a valid workload name, else :class:`InvalidNameError` (registration is checked later)."""
+    return _check(name, WORKLOAD_NAME_PATTERN, WORKLOAD_NAME_RULE)
+
+
 RubricName = Annotated[str, StringConstraints(strict=True), AfterValidator(check_rubric_name)]
 """A rubric name as a model field: the same check."""
 ExperimentName = Annotated[str, StringConstraints(strict=True), AfterValidator(check_experiment_name)]
 """An experiment name as a model field: the same check."""
+WorkloadName = Annotated[str, StringConstraints(strict=True), AfterValidator(check_workload_name)]
+"""A workload name as a model field: the same check."""
 
 
 def shown(value: object, limit: int = 48) -> str:

@@ -21,6 +21,7 @@ from rl_assets.domain.names import InvalidNameError, check_experiment_name, chec
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.resources.stores import StoresResource
 from rl_assets.stores.experiments import ExperimentConflictError, UnknownExperimentError
+from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
 LAUNCHPAD_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
     ExperimentConfig: tuple(ExperimentConfig.model_fields),
@@ -47,7 +48,7 @@ def _launchpad_field(model: type[BaseModel], name: str) -> tuple[Any, Any]:
 StartExperimentConfig = create_model(
     "StartExperimentConfig",
     __base__=dg.Config,
-    __doc__="An experiment of the reference workload; every field as in ``rl-assets train``.",
+    __doc__="An experiment (of any registered workload); every field as in ``rl-assets train``.",
     **{name: _launchpad_field(model, name) for model, names in LAUNCHPAD_FIELDS.items() for name in names},
 )
 
@@ -87,6 +88,10 @@ def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConf
         state.rubrics.get(experiment.rubric)  # known, valid and pinned before the experiment is recorded with it
     except ValueError as err:  # unknown, an invalid file, or a changed one
         raise _refuse(f"rubric: {err}") from None
+    try:
+        workload_of(experiment)  # registered in this code location, as the assets will need it
+    except UnknownWorkloadError as err:
+        raise _refuse(f"workload: {err}") from None
     runtime = Runtime(faults=built[FaultConfig], execution=built[ExecutionSettings])
     try:
         created = state.experiments.create_or_resume(experiment, runtime)

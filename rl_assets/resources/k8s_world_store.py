@@ -1,7 +1,9 @@
 """World store on Kubernetes: sealed worlds as VolumeSnapshots, forks as PVCs cloned from them.
 
-Same methods as :class:`~rl_assets.resources.world_store.WorldStoreResource`,
-so the assets do not know where they run:
+The Kubernetes implementation of the :class:`~rl_assets.workloads.seams.Environment`
+seam, like :class:`~rl_assets.resources.world_store.WorldStoreResource` locally
+(``tests/test_workloads.py`` checks both against it), so the assets do not
+know where they run:
 
 - ``ensure_built`` runs in the ``world_job`` run worker, which has a fresh
   ephemeral volume mounted at ``/world`` (the driver sensor tags the run, see

@@ -13,6 +13,10 @@ Protocol for step ``s`` of ``(experiment, rubric)``:
 returned is always the policy of the row in the ledger, never a policy that
 lost to another writer's row.
 
+The update and the checkpoint format are the experiment's workload's
+:class:`~rl_assets.workloads.seams.Trainer`, run in the actor; the ledger and
+the exactly-once protocol are the same for every workload.
+
 A crash after 2 re-runs 2, where the actor recognises the identity; a lost
 actor is rebuilt from the parent checkpoint. The ledger therefore holds
 exactly one application per step, and the policy reflects each step once.
@@ -32,6 +36,7 @@ from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.training import AppliedStep, CheckpointStore, TrainingLedger
+from rl_assets.workloads.registry import REFERENCE, Workload, workload
 
 
 class TrainerResource(dg.ConfigurableResource):
@@ -65,20 +70,28 @@ class TrainerResource(dg.ConfigurableResource):
             ray.shutdown()  # detaches this process only; the actor lives on
 
     def _apply(
-        self, experiment: str, rubric: str, identity: str, parent: Policy, batch: list[Reward], lr: float
+        self,
+        experiment: str,
+        rubric: str,
+        identity: str,
+        parent: Policy,
+        batch: list[Reward],
+        lr: float,
+        chosen: Workload,
     ) -> tuple[Policy, int, bool]:
         import ray
 
-        policy_json, pid, applied_now = ray.get(
+        checkpoint, pid, applied_now = ray.get(
             self._actor(experiment).apply.remote(
                 f"{experiment}/{rubric}",
                 identity,
-                parent.model_dump_json(),
+                chosen.trainer.checkpoint(parent),
                 [r.model_dump_json() for r in batch],
                 lr,
+                chosen.name,
             )
         )
-        return Policy.model_validate_json(policy_json), pid, applied_now
+        return chosen.trainer.restore(checkpoint), pid, applied_now
 
     def _rederive(
         self,
@@ -88,6 +101,7 @@ class TrainerResource(dg.ConfigurableResource):
         parent: Policy,
         batch: list[Reward],
         lr: float,
+        chosen: Workload,
     ) -> Policy:
         where = f"{recorded.experiment}/{recorded.rubric}/s{recorded.step}"
         if identity != recorded.identity:
@@ -95,7 +109,7 @@ class TrainerResource(dg.ConfigurableResource):
                 f"the checkpoint of {where} is lost and its inputs changed since it was trained "
                 f"(identity {identity}, ledger {recorded.identity}); it cannot be re-derived"
             )
-        policy, _, _ = self._apply(recorded.experiment, recorded.rubric, identity, parent, batch, lr)
+        policy, _, _ = self._apply(recorded.experiment, recorded.rubric, identity, parent, batch, lr, chosen)
         if policy.content_hash != recorded.policy_hash:
             raise RuntimeError(
                 f"re-deriving the lost checkpoint of {where} gave policy {policy.content_hash}, "
@@ -112,13 +126,14 @@ class TrainerResource(dg.ConfigurableResource):
         parent: Policy,
         batch: list[Reward],
         lr: float,
+        chosen: Workload,
     ) -> Policy:
         """The policy of a ledgered step: its checkpoint, or re-derived if that was lost."""
         try:
             policy = checkpoints.load(recorded.experiment, recorded.rubric, recorded.step, recorded.policy_hash)
         except CorruptArtifactError:
             policy = None
-        return policy or self._rederive(checkpoints, recorded, identity, parent, batch, lr)
+        return policy or self._rederive(checkpoints, recorded, identity, parent, batch, lr, chosen)
 
     def train_step(
         self,
@@ -130,18 +145,24 @@ class TrainerResource(dg.ConfigurableResource):
         parent: Policy,
         batch: list[Reward],
         lr: float,
+        workload_name: str = REFERENCE.name,
     ) -> tuple[Policy, AppliedStep, bool]:
         """``(policy after the step, its ledger row, applied now)``: always the policy the ledger holds.
 
         The step's lock is held from the ledger check to the ledger write, so
         a second writer of the step waits and then reads the first one's row.
         """
+        chosen = workload(workload_name)
         identity = content_hash({"parent": parent.content_hash, "batch": [r.content_hash for r in batch], "lr": lr})
         with ledger.step_lock(experiment, rubric, step):
             recorded = ledger.get(experiment, rubric, step)
             if recorded is not None:
-                return self._recorded_policy(checkpoints, recorded, identity, parent, batch, lr), recorded, False
-            policy, pid, applied_now = self._apply(experiment, rubric, identity, parent, batch, lr)
+                return (
+                    self._recorded_policy(checkpoints, recorded, identity, parent, batch, lr, chosen),
+                    recorded,
+                    False,
+                )
+            policy, pid, applied_now = self._apply(experiment, rubric, identity, parent, batch, lr, chosen)
             checkpoints.save(experiment, rubric, step, policy)
             row = ledger.record(
                 AppliedStep(
@@ -156,5 +177,5 @@ class TrainerResource(dg.ConfigurableResource):
                 )
             )
         if row.policy_hash != policy.content_hash:  # another writer's row won (the lock was lost with Postgres)
-            return self._recorded_policy(checkpoints, row, identity, parent, batch, lr), row, False
+            return self._recorded_policy(checkpoints, row, identity, parent, batch, lr, chosen), row, False
         return policy, row, applied_now

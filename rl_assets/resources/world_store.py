@@ -1,17 +1,18 @@
 """World store resource: sealed worlds, and rollouts on per-attempt forks of them.
 
-This is the environment seam of a trial: build and seal a world, verify it,
-and run one rollout attempt in a sandbox on a private fork. Locally, forks are
-overlays mounted in the sandbox's keeper (``fork_mode="auto"`` picks them
-where the OS allows, else a plain copy, and says which in the materialization
-metadata), and the rollout runs in :mod:`rl_assets.sandbox.launcher`'s
+This is the local implementation of the
+:class:`~rl_assets.workloads.seams.Environment` seam: build and seal a world,
+verify it, and run one rollout attempt in a sandbox on a private fork. Locally,
+forks are overlays mounted in the sandbox's keeper (``fork_mode="auto"`` picks
+them where the OS allows, else a plain copy, and says which in the
+materialization metadata), and the rollout runs in :mod:`rl_assets.sandbox.launcher`'s
 bubblewrap sandbox; :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource`
-implements the same methods with PVCs cloned from VolumeSnapshots and pods.
+implements the same protocol with PVCs cloned from VolumeSnapshots and pods
+(``tests/test_workloads.py`` checks both against it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -19,11 +20,8 @@ import dagster as dg
 
 from rl_assets.domain.agent import Rollout
 from rl_assets.sandbox.launcher import isolation, run_sandbox
-from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
+from rl_assets.workloads.seams import RequestFactory
 from rl_assets.worlds import LocalWorlds
-
-RequestFactory = Callable[[ForkLayout], SandboxRequest]
-"""Builds an attempt's sandbox request once its fork exists (the request names the fork)."""
 
 
 class WorldStoreResource(dg.ConfigurableResource):

@@ -1,0 +1,121 @@
+"""Injected faults, wrapped around the seams they break instead of written into them.
+
+Every fault hits only the first attempt of its unit (the asset's retry number
+0), is decided by a seeded draw (:class:`~rl_assets.domain.runtime.FaultConfig`),
+and is survived by the retry that follows, so results never depend on faults.
+
+- Judge: the judging step fails *after* the verdict is recorded, so this wraps
+  the ledgered call (:meth:`JudgeResource.judge`), not the pure
+  :class:`~rl_assets.workloads.seams.Judge`: the retry must find the verdict
+  paid for and not call the judge again.
+- Environment: a rollout attempt fails or hangs inside its sandbox. The
+  failure is decided by the trial's fault draw, which is the first draw of the
+  agent's own seeded stream (reference-workload.md, "Trials", step 2) and is
+  made in the sandbox, so the wrapper only sets the request's ``fail_below``
+  and ``hang``, and the sandboxed agent acts on them at that draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rl_assets.domain.agent import Rollout
+from rl_assets.domain.models import Rubric, Trajectory, Verdict
+from rl_assets.domain.runtime import FaultConfig
+from rl_assets.resources.judge import JudgeResource
+from rl_assets.stores.verdicts import VerdictLedger
+from rl_assets.workloads.seams import Environment, Judge, RequestFactory
+
+
+class InjectedJudgeFault(RuntimeError):
+    """An injected failure after the verdict was recorded; ``cache_hit`` is how the verdict was had."""
+
+    def __init__(self, message: str, cache_hit: bool) -> None:
+        super().__init__(message)
+        self.cache_hit = cache_hit
+
+
+@dataclass(frozen=True)
+class FaultInjection:
+    """The experiment's faults for one attempt (``attempt`` is the asset's retry number)."""
+
+    faults: FaultConfig
+    attempt: int
+
+    def judging(self, judging: JudgeResource) -> FaultyJudging:
+        return FaultyJudging(judging, self)
+
+    def environment(self, environment: Environment) -> FaultyEnvironment:
+        return FaultyEnvironment(environment, self)
+
+
+@dataclass(frozen=True)
+class FaultyJudging:
+    """:meth:`JudgeResource.judge`, failing after the verdict is recorded when the trial's flake draw says so."""
+
+    inner: JudgeResource
+    injection: FaultInjection
+
+    def judge(
+        self,
+        ledger: VerdictLedger,
+        trajectory: Trajectory,
+        rubric: Rubric,
+        experiment: str,
+        latency_s: float,
+        timeout_s: float,
+        judge: Judge,
+    ) -> tuple[Verdict, bool]:
+        verdict, cache_hit = self.inner.judge(ledger, trajectory, rubric, experiment, latency_s, timeout_s, judge)
+        if self.injection.attempt == 0 and self.injection.faults.judge_flakes(trajectory.trial_id):
+            raise InjectedJudgeFault(f"injected failure after the judge answered for {trajectory.trial_id}", cache_hit)
+        return verdict, cache_hit
+
+
+@dataclass(frozen=True)
+class FaultyEnvironment:
+    """An :class:`~rl_assets.workloads.seams.Environment` whose first rollout attempt of a trial may fail or hang."""
+
+    inner: Environment
+    injection: FaultInjection
+
+    def ensure_built(self, world_id: str) -> tuple[str, bool]:
+        return self.inner.ensure_built(world_id)
+
+    def verified_hash(self, world_id: str) -> str:
+        return self.inner.verified_hash(world_id)
+
+    def audited_hash(self, world_id: str) -> str:
+        return self.inner.audited_hash(world_id)
+
+    def location(self, world_id: str) -> str:
+        return self.inner.location(world_id)
+
+    def network_isolated(self) -> bool:
+        return self.inner.network_isolated()
+
+    def fork_kind(self) -> str:
+        return self.inner.fork_kind()
+
+    def rollout(
+        self,
+        world_id: str,
+        experiment: str,
+        trial_id: str,
+        attempt_id: int,
+        make_request: RequestFactory,
+        timeout_s: float,
+    ) -> Rollout:
+        first, faults = self.injection.attempt == 0, self.injection.faults
+        injected = {
+            "fail_below": faults.flaky_trial_rate if first else 0.0,
+            "hang": first and faults.trial_hangs(trial_id),
+        }
+        return self.inner.rollout(
+            world_id,
+            experiment,
+            trial_id,
+            attempt_id,
+            lambda fork: make_request(fork).model_copy(update=injected),
+            timeout_s,
+        )

@@ -1,0 +1,165 @@
+"""The seams a workload plugs into, as protocols, and what each owes the durability story.
+
+The orchestration (assets, ledgers, driver) guarantees what a run promises: a
+trial's rollout is reused when its identity is unchanged, a verdict is paid at
+most once per (trajectory, rubric, judge), a training step is applied exactly
+once. It can only keep those promises if every implementation of a seam keeps
+its side of the contract written here: determinism where identity is hashed,
+purity where a ledger replays, isolation where untrusted code runs.
+
+The records that cross these seams (:class:`~rl_assets.domain.models.Trajectory`,
+:class:`~rl_assets.domain.models.Rubric`, :class:`~rl_assets.domain.models.Verdict`,
+:class:`~rl_assets.domain.models.Reward`, :class:`~rl_assets.domain.models.Policy`)
+are still the reference workload's; their hashes are identities stored in
+every home, so they change shape only together with a migration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from rl_assets.domain.agent import Rollout
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.models import Policy, Reward, Rubric, Trajectory, TrialSpec, Verdict
+from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
+
+RequestFactory = Callable[[ForkLayout], SandboxRequest]
+"""Builds an attempt's sandbox request once its fork exists (the request names the fork)."""
+
+
+class Environment(Protocol):
+    """Sealed worlds and sandboxed rollout attempts on private forks of them.
+
+    Owed to the durability story:
+
+    - ``ensure_built`` builds and seals a world once, however many callers race
+      (a world is never modified after its seal);
+    - ``verified_hash`` is the cheap per-attempt check that the world is still
+      the sealed one (it is part of a trajectory's identity), and raises
+      :class:`~rl_assets.worlds.WorldTamperedError` when it is not;
+      ``audited_hash`` is the full re-hash;
+    - ``rollout`` runs one attempt in a sandbox on a fork private to that
+      attempt, removes the fork afterwards (also after a failure or timeout),
+      and kills the attempt at ``timeout_s``, leaving no process behind; the
+      rollout it returns is built from evidence the harness observed, never
+      from what the sandboxed code claims;
+    - ``network_isolated`` and ``fork_kind`` are facts recorded in each
+      trajectory's metadata, so a run says how it was isolated.
+
+    Implementations: :class:`~rl_assets.resources.world_store.WorldStoreResource`
+    (bubblewrap, overlay or copy forks) and
+    :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource` (pods,
+    PVCs cloned from VolumeSnapshots). They are chosen by the deployment, not
+    by the workload: the same workload runs on either.
+    """
+
+    def ensure_built(self, world_id: str) -> tuple[str, bool]:
+        """``(content hash, built now)``: the world's seal, building it first if there is none."""
+        ...
+
+    def verified_hash(self, world_id: str) -> str:
+        """The world's sealed hash, checked cheaply against what is there now."""
+        ...
+
+    def audited_hash(self, world_id: str) -> str:
+        """The world's hash, every byte re-checked (what ``audit`` uses)."""
+        ...
+
+    def location(self, world_id: str) -> str:
+        """Where the sealed world lives, for humans (metadata, errors)."""
+        ...
+
+    def network_isolated(self) -> bool:
+        """Whether a rollout's sandbox has no network."""
+        ...
+
+    def fork_kind(self) -> str:
+        """How attempts' forks are made (``overlay``, ``copy``, ``pvc-clone``)."""
+        ...
+
+    def rollout(
+        self,
+        world_id: str,
+        experiment: str,
+        trial_id: str,
+        attempt_id: int,
+        make_request: RequestFactory,
+        timeout_s: float,
+    ) -> Rollout:
+        """One sandboxed attempt of ``trial_id`` on a fresh fork of ``world_id``."""
+        ...
+
+
+class Agent(Protocol):
+    """One trial's loop against an environment and a policy.
+
+    For the reference workload the loop itself runs inside the sandbox
+    (:mod:`rl_assets.sandbox.reference_agent`), so this seam is what the
+    harness hands the sandbox: the request for one attempt. Owed to the
+    durability story: ``version`` names the agent's behaviour and is part of
+    every trajectory's identity (change it whenever the agent would act
+    differently, or stale rollouts are reused); the request is a pure function
+    of its arguments, so every attempt of a trial acts alike and a retried
+    trial produces the trajectory an unfailed attempt would have.
+    """
+
+    @property
+    def version(self) -> str:
+        """The agent's identity in trajectory hashes."""
+        ...
+
+    def request(self, spec: TrialSpec, policy: Policy, fork: ForkLayout, tool_latency_s: float) -> SandboxRequest:
+        """What the sandbox is handed for one attempt of ``spec`` under ``policy`` on ``fork``."""
+        ...
+
+
+class Judge(Protocol):
+    """A verdict for a trajectory under a rubric: the paid call.
+
+    The ledger around it (:meth:`rl_assets.resources.judge.JudgeResource.judge`)
+    guarantees at-most-once billing per (trajectory, rubric, ``judge_id``),
+    timeouts, rate limits and retries, so the judge itself is a plain call:
+    no caching, no retrying, no bookkeeping. Owed: ``judge_id`` changes
+    whenever verdicts would differ (another model, prompt or scale), because
+    recorded verdicts are keyed by it and reused; and a verdict names the
+    trajectory and rubric hashes it judged.
+    """
+
+    @property
+    def judge_id(self) -> str:
+        """The judge's identity in verdict keys and rate limits."""
+        ...
+
+    def verdict(self, trajectory: Trajectory, rubric: Rubric) -> Verdict:
+        """Judge ``trajectory`` under ``rubric`` (raise on any failure; the caller decides about retries)."""
+        ...
+
+
+class Trainer(Protocol):
+    """The initial policy; one step's canonical batch applied to a parent policy; checkpoints and restores.
+
+    Runs inside the detached trainer actor (:mod:`rl_assets.trainer_actor`),
+    which remembers applied step identities; the training ledger around it
+    makes each step applied exactly once and re-derives lost checkpoints by
+    replaying a step. Owed: ``update`` is deterministic in (parent, batch, lr)
+    (a replay must reproduce the ledger's policy hash), and ``restore``
+    inverts ``checkpoint`` exactly (a rebuilt actor resumes from a
+    checkpoint it is handed).
+    """
+
+    def initial(self, config: ExperimentConfig) -> Policy:
+        """The policy step 0 starts from (version 0); the same for every call with an equal config."""
+        ...
+
+    def update(self, parent: Policy, batch: list[Reward], lr: float) -> Policy:
+        """The policy after one step on ``batch`` (already in canonical order), version ``parent.version + 1``."""
+        ...
+
+    def checkpoint(self, policy: Policy) -> str:
+        """The policy as a self-contained checkpoint."""
+        ...
+
+    def restore(self, checkpoint: str) -> Policy:
+        """The policy of a checkpoint written by :meth:`checkpoint`."""
+        ...
