@@ -19,12 +19,20 @@ import ray
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.workloads.registry import REFERENCE, workload
 
+INTERFACE = 2
+"""The version of the actor's methods. A detached actor outlives upgrades of the code on a long-lived head, so
+the resource replaces one whose interface differs instead of calling it with arguments it does not take
+(version 2: ``apply`` takes the workload's name)."""
+
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class TrainerActor:
     def __init__(self) -> None:
         self.policies: dict[str, Policy] = {}
         self.applied: dict[str, Policy] = {}
+
+    def interface(self) -> int:
+        return INTERFACE
 
     def pid(self) -> int:
         return os.getpid()

@@ -6,10 +6,12 @@ import os
 import uuid
 
 import ray
+from ray.util import list_named_actors
 
 from rl_assets.domain.bandit import apply_step
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.resources.trainer import TrainerResource
+from rl_assets.testing.kills import wait_for
 
 
 def _reward(trial: str, world: str, doc: int, value: float) -> Reward:
@@ -56,4 +58,35 @@ def test_a_step_is_applied_exactly_once_and_survives_losing_the_actor(stores):
     assert row2.actor_pid != row1.actor_pid
     assert [s.step for s in stores.training.steps(experiment, "v1")] == [0, 1]
     assert stores.checkpoints.load(experiment, "v1", 1, expected_hash=row2.policy_hash) == p2
+    ray.shutdown()
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class _ActorOfOlderCode:
+    """The trainer actor as code before the workload seams left it on a long-lived head: no ``interface``, and an
+    ``apply`` without the workload's name."""
+
+    def apply(self, chain: str, identity: str, parent_json: str, batch_json: list[str], lr: float):
+        raise AssertionError("an outdated actor was called")
+
+
+def test_an_actor_left_by_older_code_on_the_head_is_replaced_not_called(stores):
+    experiment = f"trainer-{uuid.uuid4().hex[:8]}"
+    trainer = _trainer()
+    trainer._actor(experiment)  # connects this process to the head, in the resource's namespace
+    name = f"trainer-{experiment}"
+    ray.kill(ray.get_actor(name), no_restart=True)
+    wait_for(lambda: name not in {a["name"] for a in list_named_actors(all_namespaces=True)}, f"{name} freed")
+    old = _ActorOfOlderCode.options(name=name, lifetime="detached").remote()
+    old_pid = ray.get(old.__ray_call__.remote(lambda self: os.getpid()))
+
+    trainer = _trainer()  # a new step process: it has not checked the actor yet
+    initial = Policy.initial(["w0"])
+    batch = [_reward("s0-p0-n0", "w0", 3, 2.0)]
+    policy, row, applied = trainer.train_step(
+        stores.training, stores.checkpoints, experiment, "v1", 0, initial, batch, 2.0
+    )
+
+    assert applied and policy == apply_step(initial, batch, 2.0)
+    assert row.actor_pid != old_pid, "the outdated actor was replaced"
     ray.shutdown()

@@ -29,6 +29,8 @@ writes the checkpoint again without adding a ledger row.
 
 from __future__ import annotations
 
+import time
+
 import dagster as dg
 from pydantic import PrivateAttr
 
@@ -38,6 +40,39 @@ from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.training import AppliedStep, CheckpointStore, TrainingLedger
 from rl_assets.workloads.registry import REFERENCE, Workload, workload
 
+ACTOR_NAME_FREED_S = 30.0
+"""How long a replaced actor's name may take to be freed by the cluster."""
+
+
+def _speaks_current_interface(actor) -> bool:
+    """Whether a (possibly older) detached actor has this code's methods; one round trip."""
+    import ray
+
+    from rl_assets.trainer_actor import INTERFACE
+
+    interface = getattr(actor, "interface", None)  # a handle has the methods of the class the actor was made from
+    if interface is None:
+        return False
+    try:
+        return ray.get(interface.remote()) == INTERFACE
+    except ray.exceptions.RayTaskError:  # the handle's class has it, the running actor does not
+        return False
+
+
+def _replace(actor, name: str) -> None:
+    """Kill an actor started by older code and wait until its name is free; the new one restores from checkpoints."""
+    import ray
+
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + ACTOR_NAME_FREED_S
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:
+            return
+        time.sleep(0.05)  # the GCS frees the name asynchronously
+    raise RuntimeError(f"the outdated trainer actor {name!r} was killed but its name was not freed")
+
 
 class TrainerResource(dg.ConfigurableResource):
     """Connects to a Ray cluster (the home's head, or KubeRay) and drives the actor."""
@@ -46,6 +81,8 @@ class TrainerResource(dg.ConfigurableResource):
     namespace: str = "rl-assets"
 
     _connected: bool = PrivateAttr(default=False)
+    _current: set[str] = PrivateAttr(default_factory=set)
+    """Experiments whose actor this process has seen answer with the current interface."""
 
     def _actor(self, experiment: str):
         import ray
@@ -61,7 +98,14 @@ class TrainerResource(dg.ConfigurableResource):
                 logging_level="WARNING",
             )
             self._connected = True
-        return TrainerActor.options(name=f"trainer-{experiment}", lifetime="detached", get_if_exists=True).remote()
+        name = f"trainer-{experiment}"
+        actor = TrainerActor.options(name=name, lifetime="detached", get_if_exists=True).remote()
+        if experiment not in self._current:
+            if not _speaks_current_interface(actor):
+                _replace(actor, name)
+                actor = TrainerActor.options(name=name, lifetime="detached", get_if_exists=True).remote()
+            self._current.add(experiment)
+        return actor
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._connected:
