@@ -1,0 +1,79 @@
+"""What of a valid task this machine's sandbox cannot honour: settings it ignores, and reasons to refuse.
+
+Harbor's schema describes containers on a provider; the local sandbox (bubblewrap over the
+machine's own read-only system directories, the world as the working directory, no network, its
+own fixed resource limits) is narrower. A setting it cannot honour is either harmless to ignore
+(listed, so nobody believes it applied) or changes what the task is (an image to build or pull, a
+second container, Windows): such a task is refused locally and runs on Kubernetes with its image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rl_assets.tasks.task import COMPOSE_FILES, Task
+
+
+@dataclass(frozen=True)
+class LocalFit:
+    """``ignored``: accepted settings without effect locally; ``refusals``: why the task cannot run locally."""
+
+    ignored: tuple[str, ...]
+    refusals: tuple[str, ...]
+
+    @property
+    def runs_locally(self) -> bool:
+        return not self.refusals
+
+
+def local_fit(task: Task) -> LocalFit:
+    """How ``task`` fits the local sandbox."""
+    env = task.config.environment
+    ignored: list[str] = []
+    for key in ("cpus", "memory_mb", "storage_mb"):
+        if getattr(env, key) is not None:
+            ignored.append(f"{key} (the local sandbox applies its own fixed limits)")
+    if env.gpus:
+        ignored.append("gpus (no accelerators locally)")
+    if env.gpu_types is not None:
+        ignored.append("gpu_types (no accelerators locally)")
+    if env.tpu is not None:
+        ignored.append("tpu (no accelerators locally)")
+    if env.mcp_servers:
+        ignored.append("mcp_servers (no MCP servers are started locally)")
+    if env.effective_network_mode != "no-network":
+        ignored.append(f"network_mode {env.effective_network_mode!r} (the local sandbox has no network)")
+    if task.config.agent.network_mode or task.config.verifier.network_mode:
+        ignored.append("[agent]/[verifier] network_mode (the local sandbox has no network)")
+    if task.config.agent.user is not None or task.config.verifier.user is not None:
+        ignored.append("[agent]/[verifier] user (the sandbox runs as one unprivileged user)")
+    if env.healthcheck is not None:
+        ignored.append("healthcheck (no services are started locally)")
+    if env.skills_dir is not None:
+        ignored.append("skills_dir")
+    if task.config.verifier.continuous.enabled:
+        ignored.append("[verifier.continuous] (the verifier runs once, after the agent)")
+    if task.config.artifacts:
+        ignored.append("artifacts (not collected locally)")
+    return LocalFit(tuple(ignored), tuple(_refusals(task)))
+
+
+def _refusals(task: Task) -> list[str]:
+    config, reasons = task.config, []
+    kind = task.environment_kind
+    if kind == "compose":
+        name = next(f for f in COMPOSE_FILES if f in task.environment_files)
+        reasons.append(f"environment/{name}: a multi-container environment runs on Kubernetes only")
+    elif kind == "dockerfile":
+        reasons.append("environment/Dockerfile: an image build runs on Kubernetes only, with the built image")
+    elif kind == "image":
+        reasons.append(f"[environment] docker_image {config.environment.docker_image!r}: runs on Kubernetes only")
+    if config.environment.os != "linux":
+        reasons.append(f"[environment] os {config.environment.os!r}: the local sandbox is Linux")
+    if config.verifier.separate:
+        reasons.append("[verifier] a separate verifier environment runs on Kubernetes only")
+    if config.verifier.collect:
+        reasons.append("[[verifier.collect]]: compose services run on Kubernetes only")
+    if config.steps:
+        reasons.append("[[steps]]: multi-step tasks are not supported yet")
+    return reasons
