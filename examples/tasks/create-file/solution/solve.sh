@@ -1,0 +1,2 @@
+#!/bin/bash
+printf 'Hello, Harbor!\nTasks are directories.\n' > greeting.txt

@@ -1,0 +1,8 @@
+#!/bin/bash
+cat > slug.py <<'PY'
+import re
+
+
+def slugify(text):
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+PY
