@@ -402,6 +402,49 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+TASKS_ORACLE_NOTE = (
+    "solutions are not run yet: the oracle run (solution/solve.sh through the sandbox and the verifier) "
+    "comes with the sandbox support for tasks"
+)
+
+
+def cmd_tasks_check(args: argparse.Namespace) -> int:
+    from rl_assets.tasks.locality import local_fit
+    from rl_assets.tasks.task import InvalidTaskError, load_task, task_dirs
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise UsageError(f"DIR: not a directory (got {shown(args.dir)})")
+    dirs = task_dirs(root)
+    if not dirs:
+        raise UsageError(f"DIR: no task directories in {shown(args.dir)}")
+    rows, problems, refusals = [], [], []
+    for path in dirs:
+        try:
+            task = load_task(path)
+        except InvalidTaskError as err:
+            problems.extend(err.problems)
+            continue
+        fit = local_fit(task)
+        refusals.extend(f"{task.name}: {reason}" for reason in fit.refusals)
+        ignored = "; ".join(fit.ignored) or "-"
+        version = (task.config.task.version if task.config.task else None) or "-"
+        timeout = f"{task.config.verifier.timeout_sec:g}s"
+        rows.append((task.name, version, task.environment_kind, timeout, "yes" if task.has_solution else "no", ignored))
+    if rows:
+        header = ("task", "version", "environment", "verifier timeout", "solution", "not applied locally")
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+        for row in (header, *rows):
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    for refusal in refusals:
+        print(f"refused locally (runs on Kubernetes with its image): {refusal}")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    invalid = len(dirs) - len(rows)
+    print(f"{len(rows)} valid, {invalid} invalid task(s); {TASKS_ORACLE_NOTE}")
+    return 1 if invalid else 0
+
+
 class _Parser(argparse.ArgumentParser):
     """Argument errors on one line, like every other usage error (``--help`` still shows the usage)."""
 
@@ -490,6 +533,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     stop = with_home(sub.add_parser("stop", help="stop the home's background services"))
     stop.set_defaults(func=cmd_stop)
+
+    tasks = sub.add_parser("tasks", help="Harbor-format task directories (a task set is a directory of them)")
+    tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
+    check = tasks_sub.add_parser(
+        "check",
+        help="validate every task directory under DIR and print a table",
+        description="Validate every task directory under DIR (or DIR itself, if it is one task) against Harbor's "
+        "task format and task.toml schema, print a table, and say which settings do not apply locally. "
+        f"Exits 1 if a task is invalid, naming each problem's file and key. Note: {TASKS_ORACLE_NOTE}.",
+    )
+    check.add_argument("dir", metavar="DIR", help="a task set (a directory of task directories) or one task")
+    check.set_defaults(func=cmd_tasks_check)
     return parser
 
 
@@ -497,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*is currently in beta.*")  # Dagster's, not the user's concern
     args = build_parser().parse_args(argv)
     try:
-        if args.command != "stop":  # stopping must work whatever the environment says
+        if args.command not in ("stop", "tasks"):  # these work whatever the environment says
             _check_environment()
         return args.func(args)
     except UsageError as err:
