@@ -414,10 +414,10 @@ def cmd_tasks_check(args: argparse.Namespace) -> int:
 
     root = Path(args.dir)
     if not root.is_dir():
-        raise UsageError(f"DIR: not a directory (got {shown(args.dir)})")
+        raise UsageError(f"DIR: not a directory: {args.dir}")
     dirs = task_dirs(root)
     if not dirs:
-        raise UsageError(f"DIR: no task directories in {shown(args.dir)}")
+        raise UsageError(f"DIR: no task directories in {args.dir}")
     rows, problems, refusals = [], [], []
     for path in dirs:
         try:

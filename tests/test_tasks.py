@@ -1,0 +1,305 @@
+"""Harbor-format task directories: the examples load, a real Harbor task.toml loads, mistakes are named.
+
+No home is needed: parsing and validation touch no Postgres, Ray or Dagster.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_assets.tasks.config import TaskConfig
+from rl_assets.tasks.locality import LocalFit, local_fit
+from rl_assets.tasks.task import InvalidTaskError, load_task, task_dirs
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
+EXAMPLE_NAMES = ["create-file", "edit-config", "fix-python-function", "hidden-test"]
+
+HARBOR_TOML = """\
+schema_version = "1.4"
+source = "https://example.com/tasks"
+multi_step_reward_strategy = "mean"
+artifacts = ["/app/out.log", { source = "/app/results", destination = "results", exclude = ["*.tmp"] }]
+
+[task]
+name = "acme/everything"
+version = "2.1.0"
+description = "A task using every table of the schema"
+authors = [{ name = "Jane Doe", email = "jane@example.com" }, { name = "Bot" }]
+keywords = ["full", "schema"]
+
+[metadata]
+difficulty = "hard"
+category = "programming"
+nested = { anything = [1, "two", 3.0] }
+
+[verifier]
+timeout_sec = 120
+env = { API_KEY = "sk-test" }
+user = "root"
+network_mode = "allowlist"
+allowed_hosts = ["pypi.org", "*.example.com"]
+environment_mode = "separate"
+
+[verifier.environment]
+docker_image = "acme/verifier:1"
+cpus = 1
+
+[verifier.continuous]
+enabled = true
+max_concurrent = 2
+
+[[verifier.collect]]
+command = "pg_dump > /app/db.sql"
+service = "db"
+
+[agent]
+timeout_sec = 300.0
+user = 1000
+network_mode = "no-network"
+
+[solution]
+env = { API_KEY = "sk-test" }
+
+[environment]
+build_timeout_sec = 900.0
+docker_image = "acme/agent:1"
+os = "Linux"
+cpus = 2
+memory_mb = 4096
+storage_mb = 10240
+gpus = 1
+gpu_types = ["H100", "A100"]
+network_mode = "public"
+env = { TOKEN = "${TOKEN:-none}" }
+skills_dir = "/skills"
+workdir = "/app"
+
+[environment.tpu]
+type = "v6e"
+topology = "2x4"
+
+[[environment.mcp_servers]]
+name = "search"
+transport = "streamable-http"
+url = "http://mcp:8000/mcp"
+
+[[environment.mcp_servers]]
+name = "local"
+transport = "stdio"
+command = "mcp-local"
+args = ["--quiet"]
+
+[environment.healthcheck]
+command = "curl -f http://localhost:8080/health"
+interval_sec = 5.0
+retries = 3
+
+[[steps]]
+name = "first"
+min_reward = 0.5
+
+[steps.agent]
+timeout_sec = 60
+
+[[steps]]
+name = "second"
+min_reward = { reward = 1.0 }
+artifacts = ["/app/step.log"]
+"""
+
+
+def make_task(root: Path, toml: str = 'schema_version = "1.4"\n', name: str = "t") -> Path:
+    """A minimal valid task directory (plain-files environment), with ``toml`` as its task.toml."""
+    path = root / name
+    (path / "tests").mkdir(parents=True)
+    (path / "environment").mkdir()
+    (path / "instruction.md").write_text("Do the thing.\n")
+    (path / "task.toml").write_text(toml)
+    (path / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    (path / "environment" / "data.txt").write_text("x\n")
+    return path
+
+
+def problems_of(path: Path) -> list[str]:
+    with pytest.raises(InvalidTaskError) as err:
+        load_task(path)
+    return err.value.problems
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_every_example_task_loads_and_runs_locally(name):
+    task = load_task(EXAMPLES / name)
+    assert task.name == f"rl-assets/{name}"
+    assert task.config.schema_version == "1.4" and task.config.verifier.timeout_sec == 60
+    assert task.environment_kind == "files" and task.environment_files and task.has_solution
+    assert task.instruction.strip()
+    assert local_fit(task) == LocalFit(ignored=(), refusals=())
+    assert [p.name for p in task_dirs(EXAMPLES)] == EXAMPLE_NAMES
+
+
+def test_a_real_shaped_harbor_task_toml_with_every_section_loads(tmp_path):
+    task = load_task(make_task(tmp_path, HARBOR_TOML))
+    config = task.config
+    assert config.task.name == "acme/everything" and config.task.authors[0].email == "jane@example.com"
+    assert config.metadata["nested"] == {"anything": [1, "two", 3.0]}
+    assert config.verifier.timeout_sec == 120.0 and config.verifier.separate
+    assert config.verifier.environment.docker_image == "acme/verifier:1"
+    assert config.agent.user == 1000 and config.agent.network_mode == "no-network"
+    assert config.environment.os == "linux" and config.environment.tpu.topology == "2x4"
+    assert [s.transport for s in config.environment.mcp_servers] == ["streamable-http", "stdio"]
+    assert config.solution.env == {"API_KEY": "sk-test"}
+    assert [s.name for s in config.steps] == ["first", "second"] and config.steps[1].min_reward == {"reward": 1.0}
+    assert task.environment_kind == "image"
+
+
+def test_defaults_are_harbors(tmp_path):
+    config = load_task(make_task(tmp_path, "")).config
+    assert config.verifier.timeout_sec == 600.0 and config.agent.timeout_sec is None
+    assert config.environment.build_timeout_sec == 600.0 and config.environment.effective_network_mode == "public"
+    assert TaskConfig.model_validate({"version": "1.0"}).schema_version == "1.0"  # Harbor's older key
+
+
+@pytest.mark.parametrize(
+    "toml, expected",
+    [
+        ("[verifier]\ntimeout = 10\n", "task.toml: [verifier] timeout: not a key of Harbor's task.toml schema"),
+        ("colour = 'red'\n", "task.toml: colour: not a key of Harbor's task.toml schema"),
+        ("[environment.tpu]\ntype = 'v6e'\ntopology = '2x4'\nchips = 8\n", "task.toml: [environment.tpu] chips:"),
+        (
+            "[verifier]\ntimeout_sec = 'ten'\n",
+            "task.toml: [verifier] timeout_sec: Input should be a valid number, unable to parse string as a number "
+            "(got 'ten')",
+        ),
+        ("[environment]\ngpus = 'many'\n", "task.toml: [environment] gpus: Input should be a valid integer"),
+        ("[environment]\nnetwork_mode = 'lan'\n", "task.toml: [environment] network_mode: Input should be"),
+        ("[task]\nname = 'no-org'\n", "task.toml: [task] name: must be 'org/name'"),
+        ("[task]\nversion = '1'\n", "task.toml: [task] name: Field required"),
+        ("verifier = 5\n", "task.toml: verifier: must be a table (got 5)"),
+        ("environment = ['a']\n", "task.toml: environment: must be a table"),
+        ("[[environment.mcp_servers]]\nname = 'x'\n", "task.toml: [environment.mcp_servers[0]]: 'url' is required"),
+        ("[verifier]\nallowed_hosts = ['a.com']\n", "task.toml: [verifier]: allowed_hosts is only valid"),
+        ("[agent]\nuser = 1.5\n", "task.toml: [agent] user: Input should be a valid string, or Input should be"),
+        ("schema_version = \n", "task.toml: not valid TOML: Invalid value (at line 1, column 18)"),
+    ],
+)
+def test_a_bad_task_toml_is_refused_naming_file_and_key(tmp_path, toml, expected):
+    path = make_task(tmp_path, toml)
+    problems = problems_of(path)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(str(path / expected)), problems
+
+
+def test_only_the_offending_value_is_echoed(tmp_path):
+    secret = "sk-live-do-not-print"
+    toml = f"[verifier]\nenv = {{ KEY = '{secret}' }}\ntimeout_sec = 'soon'\nextra = '{secret}'\n"
+    problems = problems_of(make_task(tmp_path, toml))
+    assert len(problems) == 2 and "(got 'soon')" in problems[0]
+    assert not any(secret in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "remove, expected",
+    [
+        ("instruction.md", "instruction.md: missing"),
+        ("tests/test.sh", "tests/test.sh: missing"),
+        ("task.toml", "task.toml: missing"),
+    ],
+)
+def test_a_missing_required_file_is_named(tmp_path, remove, expected):
+    path = make_task(tmp_path)
+    (path / remove).unlink()
+    problems = problems_of(path)
+    assert len(problems) == 1 and problems[0].startswith(str(path / expected)), problems
+
+
+def test_every_problem_of_a_directory_is_reported_at_once(tmp_path):
+    path = make_task(tmp_path, "[verifier]\ntimeout_sec = 'x'\n[agent]\nspeed = 1\n")
+    (path / "instruction.md").unlink()
+    (path / "tests" / "test.sh").unlink()
+    assert len(problems_of(path)) == 4
+
+
+def test_settings_that_do_not_apply_locally_are_listed(tmp_path):
+    toml = (
+        "[environment]\ncpus = 4\nmemory_mb = 8192\ngpus = 1\ngpu_types = ['H100']\nnetwork_mode = 'no-network'\n"
+        "[[environment.mcp_servers]]\nname = 's'\nurl = 'http://s/mcp'\n"
+        "[environment.tpu]\ntype = 'v5e'\ntopology = '2x2'\n"
+    )
+    fit = local_fit(load_task(make_task(tmp_path, toml)))
+    listed = " | ".join(fit.ignored)
+    for key in ("cpus", "memory_mb", "gpus", "gpu_types", "tpu", "mcp_servers"):
+        assert key in listed, listed
+    assert "storage_mb" not in listed and "network_mode" not in listed
+    assert fit.runs_locally
+
+
+def test_a_network_needing_task_is_told_there_is_none_locally(tmp_path):
+    fit = local_fit(load_task(make_task(tmp_path, "")))
+    assert fit.ignored == ("network_mode 'public' (the local sandbox has no network)",)
+
+
+@pytest.mark.parametrize(
+    "setup, reason",
+    [
+        (lambda p: (p / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n"), "environment/Dockerfile"),
+        (lambda p: (p / "environment" / "docker-compose.yaml").write_text("services: {}\n"), "docker-compose.yaml"),
+        (lambda p: (p / "task.toml").write_text("[environment]\ndocker_image = 'a/b:1'\n"), "docker_image 'a/b:1'"),
+        (lambda p: (p / "task.toml").write_text("[environment]\nos = 'windows'\n"), "os 'windows'"),
+        (lambda p: (p / "task.toml").write_text("[verifier]\nenvironment_mode = 'separate'\n"), "separate verifier"),
+    ],
+)
+def test_a_task_needing_an_image_or_more_is_refused_locally_naming_why(tmp_path, setup, reason):
+    path = make_task(tmp_path)
+    setup(path)
+    fit = local_fit(load_task(path))
+    assert not fit.runs_locally and len(fit.refusals) == 1 and reason in fit.refusals[0], fit.refusals
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rl_assets.cli", "tasks", "check", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cli_checks_the_example_set():
+    proc = cli(str(EXAMPLES))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:3] == ["task", "version", "environment"]
+    for name in EXAMPLE_NAMES:
+        assert any(line.split()[:5] == [f"rl-assets/{name}", "1.0.0", "files", "60s", "yes"] for line in lines)
+    assert "4 valid, 0 invalid" in lines[-1] and "oracle run" in lines[-1]
+    assert cli(str(EXAMPLES / "hidden-test")).returncode == 0  # one task directory is a set of one
+
+
+def test_cli_names_each_problem_of_a_bad_set_and_exits_1(tmp_path):
+    shutil.copytree(EXAMPLES / "create-file", tmp_path / "create-file")
+    bad = make_task(tmp_path, "[verifier]\ntimeout_sec = 'ten'\n[agent]\nspeed = 2\n", name="bad")
+    (bad / "tests" / "test.sh").unlink()
+    docker = make_task(tmp_path, name="docker")
+    (docker / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
+    proc = cli(str(tmp_path))
+    assert proc.returncode == 1
+    assert sorted(proc.stderr.splitlines()) == sorted(
+        [
+            f"{bad}/task.toml: [verifier] timeout_sec: Input should be a valid number, unable to parse string as a "
+            "number (got 'ten')",
+            f"{bad}/task.toml: [agent] speed: not a key of Harbor's task.toml schema",
+            f"{bad}/tests/test.sh: missing (the verifier every task needs)",
+        ]
+    )
+    assert "rl-assets/create-file" in proc.stdout and "1 invalid" in proc.stdout
+    assert "refused locally (runs on Kubernetes with its image): docker: environment/Dockerfile" in proc.stdout
+
+
+def test_cli_refuses_a_dir_that_is_not_one(tmp_path):
+    assert cli(str(tmp_path)).stderr == f"rl-assets: error: DIR: no task directories in {tmp_path}\n"
+    proc = cli(str(tmp_path / "nope"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"rl-assets: error: DIR: not a directory: {tmp_path / 'nope'}"
+    ]
