@@ -143,7 +143,11 @@ def test_every_example_task_loads_and_runs_locally(name):
 
 
 def test_a_real_shaped_harbor_task_toml_with_every_section_loads(tmp_path):
-    task = load_task(make_task(tmp_path, HARBOR_TOML))
+    path = make_task(tmp_path, HARBOR_TOML)
+    for step in ("first", "second"):  # a multi-step task: each step has its instruction
+        (path / "steps" / step).mkdir(parents=True)
+        (path / "steps" / step / "instruction.md").write_text(f"Step {step}.\n")
+    task = load_task(path)
     config = task.config
     assert config.task.name == "acme/everything" and config.task.authors[0].email == "jane@example.com"
     assert config.metadata["nested"] == {"anything": [1, "two", 3.0]}
@@ -217,6 +221,20 @@ def test_a_missing_required_file_is_named(tmp_path, remove, expected):
     assert len(problems) == 1 and problems[0].startswith(str(path / expected)), problems
 
 
+def test_the_required_files_follow_harbors_rules(tmp_path):
+    windows = make_task(tmp_path, "[environment]\nos = 'windows'\n", name="windows")
+    assert problems_of(windows) == [f"{windows}/tests/test.bat: missing (the verifier every task needs)"]
+    steps = make_task(tmp_path, "[[steps]]\nname = 'one'\n", name="steps")
+    (steps / "instruction.md").unlink()
+    assert problems_of(steps) == [f"{steps}/steps/one/instruction.md: missing"]
+    separate = make_task(tmp_path, "[verifier]\nenvironment_mode = 'separate'\n", name="separate")
+    (separate / "tests" / "test.sh").unlink()  # a separate verifier image brings its own tests
+    assert load_task(separate).config.verifier.separate
+    no_env = make_task(tmp_path, name="no-env")
+    shutil.rmtree(no_env / "environment")
+    assert problems_of(no_env) == [f"{no_env}/environment: missing (a task's environment directory, even if empty)"]
+
+
 def test_every_problem_of_a_directory_is_reported_at_once(tmp_path):
     path = make_task(tmp_path, "[verifier]\ntimeout_sec = 'x'\n[agent]\nspeed = 1\n")
     (path / "instruction.md").unlink()
@@ -249,7 +267,13 @@ def test_a_network_needing_task_is_told_there_is_none_locally(tmp_path):
         (lambda p: (p / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n"), "environment/Dockerfile"),
         (lambda p: (p / "environment" / "docker-compose.yaml").write_text("services: {}\n"), "docker-compose.yaml"),
         (lambda p: (p / "task.toml").write_text("[environment]\ndocker_image = 'a/b:1'\n"), "docker_image 'a/b:1'"),
-        (lambda p: (p / "task.toml").write_text("[environment]\nos = 'windows'\n"), "os 'windows'"),
+        (
+            lambda p: [
+                (p / "task.toml").write_text("[environment]\nos = 'windows'\n"),
+                (p / "tests" / "test.bat").touch(),
+            ],
+            "os 'windows'",
+        ),
         (lambda p: (p / "task.toml").write_text("[verifier]\nenvironment_mode = 'separate'\n"), "separate verifier"),
     ],
 )

@@ -41,6 +41,7 @@ class Task:
     path: Path
     config: TaskConfig
     instruction: str
+    """``instruction.md``, verbatim; empty for a multi-step task (each step has its own)."""
     environment_files: tuple[str, ...]
     """Paths under ``environment/``, relative to it, sorted."""
     has_solution: bool
@@ -64,21 +65,44 @@ class Task:
 
 
 def load_task(path: Path) -> Task:
-    """The task at ``path``; :class:`InvalidTaskError` listing every problem otherwise."""
+    """The task at ``path``; :class:`InvalidTaskError` listing every problem otherwise.
+
+    The files required are Harbor's: ``environment/`` always; ``instruction.md`` unless the task has
+    ``[[steps]]`` (then ``steps/<name>/instruction.md`` each); a test script for the task's OS
+    (``test.sh``, or ``test.bat`` on Windows) in ``tests/`` (or a step's ``tests/``) unless a separate
+    verifier environment brings its own.
+    """
     problems: list[str] = []
-    instruction = _read_text(path / "instruction.md", problems)
-    if instruction is not None and not instruction.strip():
-        problems.append(f"{path / 'instruction.md'}: is empty")
-    config = _read_config(path / "task.toml", problems)
-    if not (path / "tests" / "test.sh").is_file():
-        problems.append(f"{path / 'tests' / 'test.sh'}: missing (the verifier every task needs)")
+    config, data = _read_config(path / "task.toml", problems)
+    steps = config.steps if config else None
+    instruction = ""
+    if not steps and not (config is None and isinstance(data, dict) and data.get("steps")):
+        instruction = _read_text(path / "instruction.md", problems) or ""
+        if config is None or not config.verifier.separate:
+            _require_test(path / "tests", config, problems)
+    for step in steps or []:
+        _read_text(path / "steps" / step.name / "instruction.md", problems)
+        if not config.verifier.separate and not step.verifier.separate:
+            if not _test_script(path / "steps" / step.name / "tests", config):
+                _require_test(path / "tests", config, problems, f" (nor in steps/{step.name}/tests/)")
     environment = path / "environment"
-    if environment.exists() and not environment.is_dir():
-        problems.append(f"{environment}: must be a directory")
-    if problems or config is None or instruction is None:
-        raise InvalidTaskError(path, problems)
+    if not environment.is_dir():
+        problems.append(f"{environment}: missing (a task's environment directory, even if empty)")
+    if problems or config is None:
+        raise InvalidTaskError(path, list(dict.fromkeys(problems)))
     files = sorted(str(p.relative_to(environment)) for p in environment.rglob("*") if p.is_file())
     return Task(path, config, instruction, tuple(files), (path / "solution" / "solve.sh").is_file())
+
+
+def _test_script(tests: Path, config: TaskConfig | None) -> Path | None:
+    name = "test.bat" if config is not None and config.environment.os == "windows" else "test.sh"
+    return tests / name if (tests / name).is_file() else None
+
+
+def _require_test(tests: Path, config: TaskConfig | None, problems: list[str], note: str = "") -> None:
+    if not _test_script(tests, config):
+        name = "test.bat" if config is not None and config.environment.os == "windows" else "test.sh"
+        problems.append(f"{tests / name}: missing (the verifier every task needs){note}")
 
 
 def _read_text(file: Path, problems: list[str]) -> str | None:
@@ -94,20 +118,21 @@ def _read_text(file: Path, problems: list[str]) -> str | None:
     return None
 
 
-def _read_config(file: Path, problems: list[str]) -> TaskConfig | None:
+def _read_config(file: Path, problems: list[str]) -> tuple[TaskConfig | None, dict | None]:
+    """The parsed config (or None, its problems added) and the raw TOML it came from."""
     text = _read_text(file, problems)
     if text is None:
-        return None
+        return None, None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         problems.append(f"{file}: not valid TOML: {err}")
-        return None
+        return None, None
     try:
-        return TaskConfig.model_validate(data)
+        return TaskConfig.model_validate(data), data
     except ValidationError as err:
         problems.extend(describe(str(file), data, err))
-        return None
+        return None, data
 
 
 def is_task_dir(path: Path) -> bool:
