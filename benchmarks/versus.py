@@ -38,11 +38,22 @@ def log(message: str) -> None:
 
 
 def export(commit: str, into: Path) -> None:
-    """The commit's tree (code and benchmarks) under ``into``."""
+    """The commit's tree (code and benchmarks) under ``into``.
+
+    ``PYTHONPATH`` (and the working directory) put it ahead of the checkout's editable install, whose import
+    finder comes after the path finder, for the CLI and every process it starts (driver, workers, Ray's).
+    """
     archive = subprocess.run(["git", "archive", commit, "rl_assets", "benchmarks"], cwd=REPO, capture_output=True)
     if archive.returncode != 0:
         raise SystemExit(f"versus.py: cannot export {commit}: {archive.stderr.decode().strip()}")
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+
+
+def imported_from(version: Version) -> Path:
+    """Where ``rl_assets`` comes from for ``version``'s processes (checked, so a benchmark never compares a
+    version with itself)."""
+    out = version.run("-c", "import rl_assets; print(rl_assets.__file__)").stdout.strip()
+    return Path(out).parent.parent
 
 
 class Version:
@@ -93,6 +104,9 @@ def main() -> int:
     (root / "base").mkdir()
     export(args.base, root / "base")
     versions = [Version("base", root / "base", root / "home-base"), Version("this", REPO, root / "home-this")]
+    for v in versions:
+        if imported_from(v).resolve() != v.code.resolve():
+            raise SystemExit(f"versus.py: {v.name} imports rl_assets from {imported_from(v)}, not {v.code}")
     results: dict[str, Any] = {"base": args.base, "reference_s": {}, "trial_s": {}}
     try:
         for v in versions:
