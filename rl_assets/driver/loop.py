@@ -29,7 +29,7 @@ from dagster import DagsterInstance, RunsFilter
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
-from rl_assets.driver.planner import Plan, plan
+from rl_assets.driver.planner import UNIT_JOBS, give_up_on_crashing, plan
 from rl_assets.driver.runs import WorkerLauncher, create_run, reap_dead_runs
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
@@ -42,8 +42,6 @@ from rl_assets.tags import EXPERIMENT_TAG, SENSOR_REQUEST_TAG
 EXIT_BUSY = 75
 DB_OUTAGE_TIMEOUT_S = 180.0
 EXIT_GAVE_UP = 70
-MAX_RUNS_PER_UNIT = 3
-"""Runs of a unit that may fail in a row (since its last success) before the driver gives up on it."""
 POLL_S = 0.25
 SENSOR_TICK_WAIT_S = 60.0
 """How long a starting driver waits for a driver sensor's tick that holds the experiment's lock."""
@@ -53,15 +51,6 @@ def _ensure_partitions(instance: DagsterInstance, name: str, keys: list[str]) ->
     missing = [k for k in keys if not instance.has_dynamic_partition(name, k)]
     if missing:
         instance.add_dynamic_partitions(name, missing)
-
-
-def _give_up_on_crashing_units(stores: Stores, p: Plan) -> None:
-    for step in p.steps:
-        for trial in step.trials:
-            if trial.state == "pending" and trial.failures >= MAX_RUNS_PER_UNIT:
-                stores.attempts.record_trial_failure(
-                    p.config.name, trial.trial_id, "run", f"its runs died {trial.failures} times"
-                )
 
 
 def _ensure_trainer_cluster(home: Home) -> None:
@@ -168,20 +157,20 @@ def _pass(
         os.kill(os.getpid(), signal.SIGKILL)  # injected driver crash
     if p.done:
         return 0
-    _give_up_on_crashing_units(stores, p)
+    triage = give_up_on_crashing(stores, p)
+    if triage.stuck:
+        launch = triage.stuck[0]
+        print(
+            f"{launch.job} {launch.partition_key} failed {launch.failures} times; giving up; "
+            f"see the run logs in {home.logs}",
+            file=sys.stderr,
+        )
+        return EXIT_GAVE_UP
     _ensure_partitions(instance, STEP.name, [s.key for s in p.steps])
     for run_id in [rid for rid, w in workers.items() if not w.is_alive()]:
         del workers[run_id]
-    for launch in p.launches:
-        unit = launch.job in ("trial_job", "judge_job")
-        if not unit and launch.failures >= MAX_RUNS_PER_UNIT:
-            print(
-                f"{launch.job} {launch.partition_key} failed {launch.failures} times; giving up; "
-                f"see the run logs in {home.logs}",
-                file=sys.stderr,
-            )
-            return EXIT_GAVE_UP
-        if unit and len(workers) >= runtime.execution.max_concurrent_trials:
+    for launch in triage.launches:
+        if launch.job in UNIT_JOBS and len(workers) >= runtime.execution.max_concurrent_trials:
             continue
         if launch.job == "train_job":
             _ensure_trainer_cluster(home)

@@ -33,6 +33,10 @@ ACTIVE_STATUSES = {
 
 
 TrialState = Literal["ok", "failed", "running", "pending"]
+UNIT_JOBS = ("trial_job", "judge_job")
+"""Jobs of one trial: a trial given up on fails for good and its step trains without it."""
+MAX_FAILED_RUNS = 3
+"""Runs of a unit that may fail in a row (since its last success) before a driver gives up on it."""
 
 
 @dataclass(frozen=True)
@@ -197,3 +201,35 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
         if not trained and not rescoring:
             break  # the next step's rollouts need this step's policy
     return Plan(scoring, [], steps, launches)
+
+
+@dataclass(frozen=True)
+class Triage:
+    """A plan's launches once the units whose runs keep failing are taken out."""
+
+    launches: list[Launch]
+    """What to launch."""
+    failed_trials: list[TrialStatus]
+    """Trials given up on: recorded as failed for good, so their steps train without them."""
+    stuck: list[Launch]
+    """Worlds and training steps given up on: nothing can go on without them, so a person must look."""
+
+
+def give_up_on_crashing(stores: Stores, p: Plan) -> Triage:
+    """Record as failed for good the trials whose last :data:`MAX_FAILED_RUNS` runs failed; launch the rest.
+
+    Both drivers (the CLI's loop and the sensor) apply this one rule, so a unit whose runs keep dying is
+    given up on the same way whichever launched them.
+    """
+    failed = [t for s in p.steps for t in s.trials if t.state == "pending" and t.failures >= MAX_FAILED_RUNS]
+    for trial in failed:
+        stores.attempts.record_trial_failure(
+            p.config.name, trial.trial_id, "run", f"its runs died {trial.failures} times"
+        )
+    given_up = {t.partition_key for t in failed}
+    launches, stuck = [], []
+    for launch in p.launches:
+        if launch.job in UNIT_JOBS and launch.partition_key in given_up:
+            continue
+        (stuck if launch.failures >= MAX_FAILED_RUNS else launches).append(launch)
+    return Triage(launches, failed, stuck)

@@ -26,7 +26,7 @@ import dagster as dg
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
-from rl_assets.driver.planner import Plan, plan
+from rl_assets.driver.planner import Plan, give_up_on_crashing, plan
 from rl_assets.environment import launch_tags, rescore_experiments
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import Stores, StoresResource
@@ -51,10 +51,18 @@ def _experiment_plans(instance: DagsterInstance, state: Stores, name: str) -> li
     return [p for p in plans if not p.done]
 
 
-def _run_requests(plans: list[Plan], world_store: Any) -> list[dg.RunRequest]:
+def _run_requests(
+    state: Stores, plans: list[Plan], world_store: Any, warn: Callable[[str], None]
+) -> list[dg.RunRequest]:
+    """The plans' launches as run requests, less the units given up on (as the CLI's driver gives up on them)."""
     requests = []
     for p in plans:
-        for launch in p.launches:
+        triage = give_up_on_crashing(state, p)
+        for trial in triage.failed_trials:
+            warn(f"{trial.trial_id} of {p.config.name}: its runs failed {trial.failures} times; failed for good")
+        for launch in triage.stuck:
+            warn(f"{launch.job} {launch.partition_key} failed {launch.failures} times; not launching it again")
+        for launch in triage.launches:
             run_key = f"{launch.run_key}:{launch.tags[RUBRIC_TAG]}"
             requests.append(
                 dg.RunRequest(
@@ -76,6 +84,7 @@ def _planned_requests(
     names: list[str],
     plans_of: Callable[[str], list[Plan]],
     world_store: Any,
+    warn: Callable[[str], None],
 ) -> tuple[list[dg.RunRequest], list[Plan]]:
     """Plan each experiment that no CLI driver holds, holding its lock until the requests are recorded.
 
@@ -91,7 +100,7 @@ def _planned_requests(
             if cur is None:
                 continue  # a CLI driver holds the experiment
             plans = plans_of(name)
-            requests = _run_requests(plans, world_store)
+            requests = _run_requests(state, plans, world_store, warn)
             sensor_requests.record(cur, name, [r.run_key for r in requests if r.run_key])
         run_requests += requests
         all_plans += plans
@@ -129,6 +138,7 @@ def driver_sensor(
         state.experiments.names(),
         lambda name: _experiment_plans(context.instance, state, name),
         world_store,
+        context.log.warning,
     )
     partitions = _partition_requests(context.instance, plans)
     if not run_requests and not partitions:
@@ -177,7 +187,7 @@ def rubric_sensor(
             plans.append(plan(context.instance, state, config, rubric))
         return plans
 
-    run_requests, plans = _planned_requests(state, _watched(state), rescorings, world_store)
+    run_requests, plans = _planned_requests(state, _watched(state), rescorings, world_store, context.log.warning)
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=_partition_requests(context.instance, plans),
