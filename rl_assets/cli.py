@@ -402,47 +402,23 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
-TASKS_ORACLE_NOTE = (
-    "solutions are not run yet: the oracle run (solution/solve.sh through the sandbox and the verifier) "
-    "comes with the sandbox support for tasks"
-)
-
-
 def cmd_tasks_check(args: argparse.Namespace) -> int:
-    from rl_assets.tasks.locality import local_fit
-    from rl_assets.tasks.task import InvalidTaskError, load_task, task_dirs
+    from rl_assets.tasks.check import check_tasks
 
     root = Path(args.dir)
     if not root.is_dir():
         raise UsageError(f"DIR: not a directory: {args.dir}")
-    dirs = task_dirs(root)
-    if not dirs:
+    result = check_tasks(root)
+    if not result.checked:
         raise UsageError(f"DIR: no task directories in {args.dir}")
-    rows, problems, refusals = [], [], []
-    for path in dirs:
-        try:
-            task = load_task(path)
-        except InvalidTaskError as err:
-            problems.extend(err.problems)
-            continue
-        fit = local_fit(task)
-        refusals.extend(f"{task.name}: {reason}" for reason in fit.refusals)
-        ignored = "; ".join(fit.ignored) or "-"
-        version = (task.config.task.version if task.config.task else None) or "-"
-        timeout = f"{task.config.verifier.timeout_sec:g}s"
-        rows.append((task.name, version, task.environment_kind, timeout, "yes" if task.has_solution else "no", ignored))
-    if rows:
-        header = ("task", "version", "environment", "verifier timeout", "solution", "not applied locally")
-        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
-        for row in (header, *rows):
-            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
-    for refusal in refusals:
+    for line in result.table():
+        print(line)
+    for refusal in result.refusals:
         print(f"refused locally (runs on Kubernetes with its image): {refusal}")
-    for problem in problems:
+    for problem in result.problems:
         print(problem, file=sys.stderr)
-    invalid = len(dirs) - len(rows)
-    print(f"{len(rows)} valid, {invalid} invalid task(s); {TASKS_ORACLE_NOTE}")
-    return 1 if invalid else 0
+    print(result.summary())
+    return 1 if result.invalid else 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -541,7 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate every task directory under DIR and print a table",
         description="Validate every task directory under DIR (or DIR itself, if it is one task) against Harbor's "
         "task format and task.toml schema, print a table, and say which settings do not apply locally. "
-        f"Exits 1 if a task is invalid, naming each problem's file and key. Note: {TASKS_ORACLE_NOTE}.",
+        "Exits 1 if a task is invalid, naming each problem's file and key. Solutions are not run yet: the oracle "
+        "run (solution/solve.sh through the sandbox and the verifier) comes with the sandbox support for tasks.",
     )
     check.add_argument("dir", metavar="DIR", help="a task set (a directory of task directories) or one task")
     check.set_defaults(func=cmd_tasks_check)
