@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -42,3 +42,31 @@ class SandboxFault(RuntimeError):
 
 RESULT_MARKER = "RL_ASSETS_ROLLOUT "
 EXIT_FAULT = 3
+
+
+class CommandResult(BaseModel):
+    """One command run in a task's sandbox, as the trusted side observed it (output capped)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    exit_code: int | None
+    """The command's exit status; ``None`` when it was killed at its timeout."""
+    output: str
+    """stdout and stderr interleaved, capped (the head and the tail kept, the middle marked as cut)."""
+    truncated: bool = False
+    timed_out: bool = False
+    seconds: float = 0.0
+
+
+class Shell(Protocol):
+    """Where a tool-using agent's commands run: a sandbox on the trial's private fork of its world.
+
+    The agent's loop runs in the trusted worker; only these commands run in the
+    sandbox. Each command starts in the world's working directory with a clean
+    environment; what it writes to the working directory stays for the next
+    command of the same attempt, and nothing it starts outlives it.
+    """
+
+    def run(self, command: str, timeout_s: float) -> CommandResult:
+        """Run ``command`` with ``bash -c`` in the working directory; killed after ``timeout_s``."""
+        ...
