@@ -23,7 +23,7 @@ from typing import Any, Literal, NoReturn, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.experiment import ExperimentConfig, is_derived
 from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name, shown
 from rl_assets.domain.rubrics import UnknownRubricError
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
@@ -59,7 +59,8 @@ def _flag_name(model: type[BaseModel], field: str) -> str:
 TRAIN_FLAGS: tuple[Flag, ...] = tuple(
     Flag(_flag_name(model, field), model, field)
     for model in (ExperimentConfig, FaultConfig, ExecutionSettings)
-    for field in model.model_fields
+    for field, info in model.model_fields.items()
+    if not is_derived(info)
 )
 """Every field of the schema's models as a flag, generated: a new field is a new flag with its bounds and help."""
 FLAG_OF: dict[tuple[type[BaseModel], str], str] = {(f.model, f.field): f.flag for f in TRAIN_FLAGS}
@@ -206,7 +207,7 @@ def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None 
 
     try:
         with DagsterInstance.get() as instance:
-            for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks), config):
+            for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks, home.tasks), config):
                 what = f"{damage.kind} {damage.partition_key}: {damage.detail}"
                 print(f"rl-assets: {what}; regenerating it", file=sys.stderr)
             attempts = 0
@@ -247,6 +248,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     stores = _open(home)
     _resolve_rubric(home, config.rubric, stores)  # pinned before the experiment is recorded with it
+    config = _with_task_set(home, config)
     try:
         stores.experiments.create_or_resume(config, runtime)
     except ExperimentConflictError as err:
@@ -254,6 +256,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     _supervise(home, stores, config)
     _print_result(experiment_result(stores, config), args.json, format_table)
     return 0
+
+
+def _with_task_set(home: Home, config: ExperimentConfig) -> ExperimentConfig:
+    """A task experiment's config with its task set validated and recorded into the home (snapshots)."""
+    if config.tasks is None:
+        return config
+    from rl_assets.tasks.snapshot import TaskSetError, with_recorded_task_set
+
+    try:
+        return with_recorded_task_set(config, home.tasks)
+    except TaskSetError as err:
+        raise UsageError(f"--tasks: {err}") from None
 
 
 def _existing(stores, name: str, flag: str = "--experiment") -> ExperimentConfig:
@@ -435,10 +449,10 @@ def _field_help(field: FieldInfo) -> str:
 
 def _argument_type(annotation: Any) -> dict[str, Any]:
     """argparse's ``type`` (and ``choices``) for a field's annotation: int, float, str, ``X | None``, a Literal."""
-    if get_origin(annotation) is Literal:
-        return {"type": str, "choices": list(get_args(annotation))}
     if get_origin(annotation) in (Union, types.UnionType):
         (annotation,) = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) is Literal:
+        return {"type": str, "choices": list(get_args(annotation))}
     if annotation not in (int, float, str):
         raise TypeError(f"no command-line form for a field of type {annotation!r}")
     return {"type": annotation}

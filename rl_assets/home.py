@@ -87,6 +87,11 @@ class Home:
         return self.root / "rubrics"
 
     @property
+    def tasks(self) -> Path:
+        """Recorded task snapshots, one read-only ``<world id>/`` copy of a task directory each."""
+        return self.root / "tasks"
+
+    @property
     def forks(self) -> Path:
         return self.root / "forks"
 

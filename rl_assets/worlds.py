@@ -36,25 +36,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_assets.domain.hashing import tree_hash
 from rl_assets.domain.world import build_world
 from rl_assets.sandbox.protocol import ForkKind, ForkLayout
 from rl_assets.stores.artifacts import fsync_dir
+from rl_assets.tasks.snapshot import is_task_world
 
 
 class WorldTamperedError(RuntimeError):
     """A sealed world's content no longer matches its recorded hash."""
-
-
-def tree_hash(root: Path) -> str:
-    """sha256 over every file's relative path and bytes, in sorted order."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0")
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        h.update(b"\0")
-    return h.hexdigest()[:16]
 
 
 def tree_manifest(root: Path) -> str:
@@ -103,9 +93,24 @@ def _make_read_only(root: Path) -> None:
 class LocalWorlds:
     """Worlds and forks under one home."""
 
-    def __init__(self, worlds_root: Path, forks_root: Path) -> None:
+    def __init__(self, worlds_root: Path, forks_root: Path, tasks_root: Path | None = None) -> None:
         self.worlds_root = worlds_root
         self.forks_root = forks_root
+        self.tasks_root = tasks_root
+        """Recorded task snapshots (:mod:`rl_assets.tasks.snapshot`): a task world is built from one."""
+
+    def _build(self, world_id: str, staging: Path) -> None:
+        """Write the world's files: a task's ``environment/`` for a task world, else the reference world."""
+        if not is_task_world(world_id):
+            build_world(world_id, staging)
+            return
+        source = None if self.tasks_root is None else self.tasks_root / world_id / "environment"
+        if source is None or not source.is_dir():
+            raise FileNotFoundError(f"task world {world_id} has no recorded task snapshot to build from")
+        shutil.copytree(source, staging, symlinks=True)
+        for path in [*staging.rglob("*"), staging]:
+            if not path.is_symlink():
+                path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
     def world_dir(self, world_id: str) -> Path:
         return self.worlds_root / world_id
@@ -175,7 +180,7 @@ class LocalWorlds:
                 except (WorldTamperedError, FileNotFoundError):
                     pass  # rebuilt below
             staging = self.worlds_root / f".{world_id}.{uuid.uuid4().hex}"
-            build_world(world_id, staging)
+            self._build(world_id, staging)
             digest = tree_hash(staging)
             if recorded is not None and digest != recorded:
                 shutil.rmtree(staging)

@@ -7,7 +7,10 @@ rubric) is derived from it, so no process has to remember anything.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.fields import FieldInfo
 
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import FailedTrialPolicy, TrialSpec
@@ -17,6 +20,7 @@ from rl_assets.domain.names import (
     WORKLOAD_NAME_RULE,
     ExperimentName,
     RubricName,
+    TaskName,
     WorkloadName,
 )
 
@@ -28,6 +32,16 @@ MAX_TRIALS_PER_STEP = 100_000
 MAX_LR = 1000.0
 MAX_TURNS = 1000
 MAX_RETRIES = 100
+TASKS_WORKLOAD = "tasks"
+"""The workload of Harbor task sets: a tool-using agent over an OpenAI-compatible API, the task's verifier."""
+JudgeKind = Literal["none", "llm"]
+TrainerKind = Literal["none"]
+
+
+def is_derived(field: FieldInfo) -> bool:
+    """A field the program fills in from others (``task_worlds`` from ``tasks``): no flag or launchpad field sets it."""
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get("derived"))
 
 
 class ExperimentConfig(BaseModel):
@@ -73,6 +87,39 @@ class ExperimentConfig(BaseModel):
             "'mask-group' drops every trial of its prompt group."
         ),
     )
+    tasks: str | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description=(
+            "A Harbor task set: a directory of task directories (or one task). Each step samples every task "
+            "--samples times (trial s<step>-<task>-n<k>); --worlds and --prompts do not apply. "
+            "Implies --workload tasks."
+        ),
+    )
+    task_worlds: dict[TaskName, str] | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"derived": True},
+        description="Derived from --tasks when the experiment is recorded: each task's name and its sealed world.",
+    )
+    policy_url: str | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="Base URL (ending in /v1) of the OpenAI-compatible server the agent's model answers from.",
+    )
+    policy_model: str | None = Field(
+        None, exclude_if=lambda v: v is None, description="The model name the agent asks that server for."
+    )
+    judge: JudgeKind | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="Task experiments: 'none' trains on the verifier alone; 'llm' adds an LLM judge's score.",
+    )
+    trainer: TrainerKind | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="'none' keeps the policy fixed: each step is an evaluation pass (the default for tasks).",
+    )
     workload: WorkloadName = Field(
         "reference",
         description=(
@@ -80,6 +127,35 @@ class ExperimentConfig(BaseModel):
             f"reference-workload.md; a name of {WORKLOAD_NAME_RULE}. Configs stored before this field run 'reference'."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tasks_imply_their_workload(cls, data: object) -> object:
+        """``--tasks`` selects the tasks workload in place of the default one, and its defaults."""
+        if isinstance(data, dict) and data.get("tasks") is not None:
+            data = dict(data)
+            if data.get("workload") in (None, "reference"):
+                data["workload"] = TASKS_WORKLOAD
+            for key in ("judge", "trainer"):
+                if data.get(key) is None:
+                    data[key] = "none"
+        return data
+
+    @model_validator(mode="after")
+    def _task_fields_for_task_workloads(self) -> ExperimentConfig:
+        task_only = ("policy_url", "policy_model", "judge", "trainer")
+        if self.tasks is None:
+            given = [f for f in (*task_only, "task_worlds") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to task experiments only (give --tasks)")
+            if self.workload == TASKS_WORKLOAD:
+                raise ValueError(f"the {TASKS_WORKLOAD!r} workload needs --tasks (a task set directory)")
+            return self
+        if self.policy_url is None or self.policy_model is None:
+            raise ValueError("a task experiment needs --policy-url and --policy-model")
+        if not self.policy_url.rstrip("/").endswith("/v1"):
+            raise ValueError("policy_url must be the server's base URL, ending in /v1")
+        return self
 
     @model_validator(mode="after")
     def _bounded_batch(self) -> ExperimentConfig:
@@ -96,8 +172,20 @@ class ExperimentConfig(BaseModel):
         return content_hash(self.model_dump(mode="json"))
 
     @property
+    def task_names(self) -> list[str]:
+        """The task set's task names, sorted (empty for the reference workload)."""
+        return sorted(self.task_worlds or {})
+
+    @property
     def world_ids(self) -> list[str]:
+        if self.tasks is not None:
+            return sorted(set(self._task_worlds().values()))
         return [f"w{i}" for i in range(self.worlds)]
+
+    def _task_worlds(self) -> dict[str, str]:
+        if self.task_worlds is None:
+            raise ValueError(f"task experiment {self.name} has no resolved task set (record it through the CLI)")
+        return self.task_worlds
 
     def step_key(self, step: int) -> str:
         """The step's partition key: ``{experiment}/s{step}``."""
@@ -105,10 +193,28 @@ class ExperimentConfig(BaseModel):
 
     def trial_slots(self) -> list[str]:
         """Trial partition keys, the same every step: ``p{p}-n{n}``."""
+        if self.tasks is not None:
+            return [f"{t}-n{n}" for t in self.task_names for n in range(self.samples)]
         return [f"p{p}-n{n}" for p in range(self.prompts) for n in range(self.samples)]
 
     def trials(self, step: int) -> list[TrialSpec]:
         """The step's trial specs, sorted by trial id (the canonical order)."""
+        if self.tasks is not None:
+            worlds = self._task_worlds()
+            specs = [
+                TrialSpec(
+                    trial_id=f"s{step}-{task}-n{n}",
+                    step=step,
+                    prompt_index=p,
+                    sample_index=n,
+                    world_id=worlds[task],
+                    prompt=task,
+                    max_turns=self.max_turns,
+                )
+                for p, task in enumerate(self.task_names)
+                for n in range(self.samples)
+            ]
+            return sorted(specs, key=lambda s: s.trial_id)
         specs = [
             TrialSpec(
                 trial_id=f"s{step}-p{p}-n{n}",

@@ -22,6 +22,9 @@ EXPERIMENT_NAME_RULE = "1 to 40 lowercase letters, digits, '_' or '-', starting 
 WORKLOAD_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
 WORKLOAD_NAME_RULE = "1 to 40 lowercase letters, digits or '-', starting with a letter"
 
+TASK_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+TASK_NAME_RULE = "1 to 64 lowercase letters, digits, '_', '.' or '-', starting with a letter or digit"
+
 
 class InvalidNameError(ValueError):
     """A rubric or experiment name that does not match its pattern (the message never repeats the name)."""
@@ -48,12 +51,19 @@ def check_workload_name(name: object) -> str:
     return _check(name, WORKLOAD_NAME_PATTERN, WORKLOAD_NAME_RULE)
 
 
+def check_task_name(name: object) -> str:
+    """``name`` if it is a valid task name (a task directory's name: part of trial ids and partition keys)."""
+    return _check(name, TASK_NAME_PATTERN, TASK_NAME_RULE)
+
+
 RubricName = Annotated[str, StringConstraints(strict=True), AfterValidator(check_rubric_name)]
 """A rubric name as a model field: the same check."""
 ExperimentName = Annotated[str, StringConstraints(strict=True), AfterValidator(check_experiment_name)]
 """An experiment name as a model field: the same check."""
 WorkloadName = Annotated[str, StringConstraints(strict=True), AfterValidator(check_workload_name)]
 """A workload name as a model field: the same check."""
+TaskName = Annotated[str, StringConstraints(strict=True), AfterValidator(check_task_name)]
+"""A task name as a model field: the same check."""
 
 
 def shown(value: object, limit: int = 48) -> str:

@@ -10,21 +10,24 @@ copy of one under another rubric, which reuses every rollout whose identity
 is unchanged; ``rescore_experiment_job`` a re-scoring of a finished one.
 """
 
+import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin
 
 import dagster as dg
 from pydantic import BaseModel, Field, ValidationError, create_model
 
-from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.experiment import ExperimentConfig, is_derived
 from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
+from rl_assets.home import Home
 from rl_assets.resources.stores import StoresResource
 from rl_assets.stores.experiments import ExperimentConflictError, UnknownExperimentError
+from rl_assets.tasks.snapshot import TaskSetError, with_recorded_task_set
 from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
 LAUNCHPAD_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
-    ExperimentConfig: tuple(ExperimentConfig.model_fields),
+    ExperimentConfig: tuple(name for name, info in ExperimentConfig.model_fields.items() if not is_derived(info)),
     ExecutionSettings: ("tool_latency_s", "judge_latency_s", "trial_timeout_s", "judge_timeout_s"),
     # A driver crash has no launchpad form (the daemon's sensor is the driver here; kill the daemon
     # pod instead), and parallelism is the run queue's, not the CLI driver's.
@@ -40,9 +43,20 @@ def _launchpad_field(model: type[BaseModel], name: str) -> tuple[Any, Any]:
     value by building the model itself: one schema, one set of messages.
     """
     field = model.model_fields[name]
+    annotation = _dagster_type(field.annotation)
     if field.is_required():
-        return field.annotation, Field(description=field.description)
-    return field.annotation, Field(field.default, description=field.description)
+        return annotation, Field(description=field.description)
+    return annotation, Field(field.default, description=field.description)
+
+
+def _dagster_type(annotation: Any) -> Any:
+    """Dagster's config has no optional ``Literal``: such a field is an optional string, checked by the model."""
+    args = get_args(annotation)
+    if get_origin(annotation) in (Union, types.UnionType) and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        if get_origin(inner) is Literal:
+            return str | None
+    return annotation
 
 
 StartExperimentConfig = create_model(
@@ -92,6 +106,10 @@ def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConf
         workload_of(experiment)  # registered in this code location, as the assets will need it
     except UnknownWorkloadError as err:
         raise _refuse(f"workload: {err}") from None
+    try:
+        experiment = with_recorded_task_set(experiment, Home(state.home).tasks)
+    except TaskSetError as err:
+        raise _refuse(f"tasks: {err}") from None
     runtime = Runtime(faults=built[FaultConfig], execution=built[ExecutionSettings])
     try:
         created = state.experiments.create_or_resume(experiment, runtime)

@@ -19,6 +19,7 @@ from typing import Literal
 import dagster as dg
 
 from rl_assets.domain.agent import Rollout
+from rl_assets.home import Home
 from rl_assets.sandbox.launcher import isolation, run_sandbox
 from rl_assets.workloads.seams import RequestFactory
 from rl_assets.worlds import LocalWorlds
@@ -36,7 +37,8 @@ class WorldStoreResource(dg.ConfigurableResource):
 
     @property
     def _worlds(self) -> LocalWorlds:
-        return LocalWorlds(Path(self.home) / "worlds", Path(self.home) / "forks")
+        home = Home(Path(self.home))
+        return LocalWorlds(home.worlds, home.forks, home.tasks)
 
     def ensure_built(self, world_id: str) -> tuple[str, bool]:
         return self._worlds.ensure_built(world_id)
