@@ -49,10 +49,37 @@ def final_policy(stores: Stores, config: ExperimentConfig) -> Policy:
     return policy
 
 
+def task_trials(stores: Stores, config: ExperimentConfig) -> list[dict[str, Any]]:
+    """A task experiment's trials of its trained steps, in canonical order: the rewards and what they cost."""
+    rows = []
+    for applied in stores.training.steps(config.name, config.rubric):
+        batch, _ = recorded_batch(stores, config, applied.step)
+        for reward in batch:
+            slot = reward.trial_id.split("-", 1)[1]
+            trajectory = stores.trials.trajectory(config.name, applied.step, slot)
+            usage = trajectory.transcript.usage if trajectory is not None and trajectory.transcript else None
+            rows.append(
+                {
+                    "trial_id": reward.trial_id,
+                    "step": applied.step,
+                    "task": slot.rsplit("-", 1)[0],
+                    "verifier_reward": reward.verifier_reward,
+                    "judge_score": reward.judge_score,
+                    "reward": reward.reward,
+                    "turns": reward.turns,
+                    "policy_prompt_tokens": usage.prompt_tokens if usage else 0,
+                    "policy_completion_tokens": usage.completion_tokens if usage else 0,
+                    "judge_prompt_tokens": 0,
+                    "judge_completion_tokens": 0,
+                }
+            )
+    return rows
+
+
 def experiment_result(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
-    """The JSON object of ``rl-assets train --json``."""
+    """The JSON object of ``rl-assets train --json`` (and, for task experiments, each trial and the bill)."""
     policy = final_policy(stores, config)
-    return {
+    result = {
         "experiment": config.name,
         "rubric": config.rubric,
         "steps": [
@@ -70,6 +97,9 @@ def experiment_result(stores: Stores, config: ExperimentConfig) -> dict[str, Any
         "weights": {w: [round(x, PRIOR_DECIMALS) for x in p] for w, p in sorted(policy.priors.items())},
         "counts": stores.attempts.counts(config.name),
     }
+    if config.tasks is not None:
+        result["trials"] = task_trials(stores, config)
+    return result
 
 
 def format_table(result: dict[str, Any]) -> str:

@@ -11,10 +11,11 @@ import dagster as dg
 
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
-from rl_assets.domain.scoring import reward_of
+from rl_assets.domain.models import Reward
+from rl_assets.domain.scoring import reward_of, task_reward
 from rl_assets.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.resources.judge import JudgeResource
-from rl_assets.resources.stores import StoresResource
+from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.workloads.registry import workload_of
 
@@ -47,6 +48,8 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
         raise dg.Failure(f"{trial_id}: its {checked.problem}; the driver runs the trial again", allow_retries=False)
     trajectory = checked.record
     rubric = run_rubric(context, state, config)
+    if config.judge == "none":  # a task experiment without a judge: the verifier's reward is the reward
+        return _recorded(context, state, experiment, step, slot, task_reward(trajectory, rubric.name, None))
     attempt = context.retry_number
     chosen = workload_of(config).judge
     key = judge.key(experiment, trajectory, rubric, chosen)
@@ -93,6 +96,27 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
             "judge_cache": "hit" if cache_hit else "call",
             "attempt": attempt,
             "trajectory_hash": trajectory.content_hash,
+        },
+        data_version=dg.DataVersion(reward.content_hash),
+    )
+
+
+def _recorded(
+    context: dg.AssetExecutionContext, state: Stores, experiment: str, step: int, slot: str, reward: Reward
+) -> dg.MaterializeResult:
+    """A reward that needed no judge (the verifier alone), recorded like any other."""
+    state.trials.save_reward(experiment, reward.rubric_name, step, slot, reward)
+    state.damage.repaired("trial", context.partition_key)
+    return dg.MaterializeResult(
+        metadata={
+            "trial_id": reward.trial_id,
+            "reward": reward.reward,
+            "verifier_reward": reward.verifier_reward,
+            "verified": reward.verified,
+            "judge": "none",
+            "turns": reward.turns,
+            "rubric": reward.rubric_name,
+            "trajectory_hash": reward.trajectory_hash,
         },
         data_version=dg.DataVersion(reward.content_hash),
     )

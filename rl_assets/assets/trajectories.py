@@ -153,5 +153,7 @@ def _generate(
         turns=rollout.turns,
         answer=rollout.answer,
         files_written=rollout.files_written,
+        transcript=rollout.transcript,
+        verifier=rollout.verifier,
     )
     return trajectory, fork_kind

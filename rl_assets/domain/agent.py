@@ -12,8 +12,9 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from rl_assets.domain.models import TrialSpec, Turn
+from rl_assets.domain.models import TrialSpec, Turn, VerifierOutcome
 from rl_assets.domain.reference_policy import act
+from rl_assets.domain.transcripts import Transcript
 
 
 class Tools(Protocol):
@@ -32,6 +33,10 @@ class Rollout(BaseModel):
     turns: list[Turn]
     answer: str
     files_written: list[str]
+    transcript: Transcript | None = None
+    """A chat agent's conversation and model calls."""
+    verifier: VerifierOutcome | None = None
+    """A task trial's verifier outcome, read after the agent finished."""
 
 
 def run_agent(

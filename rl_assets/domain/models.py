@@ -9,26 +9,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.names import RubricName
+from rl_assets.domain.record import Record
+from rl_assets.domain.transcripts import Transcript
 
 MAX_RUBRIC_WEIGHT = 1000.0
 """Weights scale a score in [0, 1]; beyond this a weight is a typo, not a preference."""
 N_DOCS = 8
 """Documents per world; the policy's prior has one weight per document."""
-
-
-class Record(BaseModel):
-    """Base of every durable record: immutable, strict, content-addressed."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @property
-    def content_hash(self) -> str:
-        """sha256 of the canonical JSON of this record (16 hex digits)."""
-        return content_hash(self.model_dump(mode="json"))
 
 
 class Rubric(Record):
@@ -81,6 +71,14 @@ class Turn(Record):
     found: bool
 
 
+class VerifierOutcome(Record):
+    """What a task's verifier (``tests/test.sh``) reported, read by the trusted side after it exited."""
+
+    reward: float = Field(allow_inf_nan=False, description="The training reward: the reward file's 'reward'.")
+    rewards: dict[str, float] = Field(description="Every number of the reward file (reward.txt gives 'reward').")
+    output: str = Field(description="The verifier's output, capped.")
+
+
 class Trajectory(Record):
     """A finished rollout: what the agent did, and with which policy and world."""
 
@@ -92,6 +90,15 @@ class Trajectory(Record):
     turns: list[Turn]
     answer: str
     files_written: list[str]
+    transcript: Transcript | None = Field(None, exclude_if=lambda v: v is None)
+    """A chat agent's trial: its conversation and model calls (the reference agent's turns are ``turns``)."""
+    verifier: VerifierOutcome | None = Field(None, exclude_if=lambda v: v is None)
+    """A task trial: what the task's verifier reported, run in the trial's fork after the agent."""
+
+    @property
+    def model_calls(self) -> int:
+        """The agent's turns: its model calls (a chat agent) or its tool calls (the reference agent)."""
+        return self.transcript.policy_calls if self.transcript is not None else len(self.turns)
 
     @property
     def found_doc(self) -> int | None:
@@ -124,6 +131,10 @@ class Reward(Record):
     turns: int
     trajectory_hash: str
     verdict_hash: str
+    verifier_reward: float | None = Field(None, exclude_if=lambda v: v is None)
+    """Task trials: the verifier's reward (``reward`` is it plus ``score``, the judge's, 0 without a judge)."""
+    judge_score: float | None = Field(None, exclude_if=lambda v: v is None)
+    """Task trials judged by an LLM: its score in [0, 1]; None without a judge."""
 
 
 class StepResult(Record):

@@ -57,3 +57,25 @@ def reward_of(trajectory: Trajectory, verdict: Verdict) -> Reward:
         trajectory_hash=trajectory.content_hash,
         verdict_hash=verdict.content_hash,
     )
+
+
+def task_reward(trajectory: Trajectory, rubric_name: str, verdict: Verdict | None) -> Reward:
+    """A task trial's reward: the verifier's reward plus the LLM judge's score (the verifier alone without one)."""
+    if trajectory.verifier is None:
+        raise ValueError(f"{trajectory.trial_id} has no verifier outcome: it is not a task trial")
+    verifier_reward = trajectory.verifier.reward
+    judge_score = None if verdict is None else verdict.score
+    return Reward(
+        trial_id=trajectory.trial_id,
+        world_id=trajectory.world_id,
+        rubric_name=rubric_name,
+        verified=verifier_reward >= 1.0,
+        score=judge_score or 0.0,
+        reward=verifier_reward + (judge_score or 0.0),
+        found_doc=None,
+        turns=trajectory.model_calls,
+        trajectory_hash=trajectory.content_hash,
+        verdict_hash="" if verdict is None else verdict.content_hash,
+        verifier_reward=verifier_reward,
+        judge_score=judge_score,
+    )
