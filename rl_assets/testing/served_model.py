@@ -26,6 +26,11 @@ class ServedModel:
         self.port = 0
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs."""
+        return None if self._process is None else self._process.pid
+
+    @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
