@@ -320,6 +320,16 @@ def test_the_loop_ends_at_its_deadline_killing_the_command(tmp_path: Path, serve
     assert transcript.messages[-1].content == "timed out (killed)\n"
 
 
+def test_a_model_call_cut_short_by_the_deadline_ends_the_loop(tmp_path: Path, served) -> None:
+    """The call's timeout is lowered to the time left; its timing out then is the loop's timeout, not a failure."""
+    server = served(script({"slow": 1, "slow_s": 5}))
+    with ChatClient(endpoint(server, max_retries=0)) as client:
+        transcript = ChatAgent(AgentLimits(timeout_s=0.5)).run("greeting.txt", client, LocalShell(tmp_path))
+    assert transcript.ended == "timeout"
+    assert transcript.policy_calls == client.answered == 0
+    assert [m.role for m in transcript.messages] == ["system", "user"]
+
+
 def test_a_call_after_the_deadline_is_not_run(tmp_path: Path, served) -> None:
     """A clock that has passed the deadline by the time the answer is in: its tool calls are answered, not run."""
     server = served(script(extra=[LATE]))

@@ -73,7 +73,7 @@ class ChatAgent:
             try:
                 answer = client.complete(messages, TOOLS, timeout_s=left)
             except ModelCallError as err:
-                if err.timed_out and self.clock() >= deadline:
+                if err.timed_out and left < client.endpoint.timeout_s:  # cut short by the deadline, not the server
                     ended = "timeout"
                     break
                 raise
