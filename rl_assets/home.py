@@ -92,6 +92,11 @@ class Home:
         return self.root / "tasks"
 
     @property
+    def prices(self) -> Path:
+        """Per-model prices of policy and judge tokens (optional; see :mod:`rl_assets.workloads.harbor.pricing`)."""
+        return self.root / "prices.toml"
+
+    @property
     def forks(self) -> Path:
         return self.root / "forks"
 

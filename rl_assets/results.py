@@ -6,13 +6,18 @@ Reading never changes the home: a damaged record is reported (a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rl_assets.batches import recorded_batch
 from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, StepResult
+from rl_assets.domain.transcripts import Usage
+from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
+from rl_assets.stores.model_calls import ModelUsage
+from rl_assets.workloads.harbor.pricing import PriceTable
 from rl_assets.workloads.registry import workload_of
 
 PRIOR_DECIMALS = 6
@@ -76,6 +81,26 @@ def task_trials(stores: Stores, config: ExperimentConfig) -> list[dict[str, Any]
     return rows
 
 
+def prices(home: Path) -> PriceTable:
+    """The home's price table (``prices.toml``: see :mod:`rl_assets.workloads.harbor.pricing`), empty if none."""
+    path = Home(home).prices
+    return PriceTable.load(path) if path.exists() else PriceTable()
+
+
+def cost_of(usage: list[ModelUsage], table: PriceTable) -> dict[str, Any]:
+    """Tokens per role and their price in USD; models without a price are named, never counted as free silently."""
+    cost: dict[str, Any] = {f"{r}_{k}": 0 for r in ("policy", "judge") for k in ("prompt_tokens", "completion_tokens")}
+    usd, unpriced = 0.0, []
+    for row in usage:
+        cost[f"{row.role}_prompt_tokens"] += row.prompt_tokens
+        cost[f"{row.role}_completion_tokens"] += row.completion_tokens
+        priced = table.cost(row.model, Usage(prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens))
+        usd += priced.usd
+        if not priced.priced:
+            unpriced.append(row.model)
+    return {**cost, "usd": round(usd, 6), "unpriced_models": sorted(set(unpriced))}
+
+
 def experiment_result(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
     """The JSON object of ``rl-assets train --json`` (and, for task experiments, each trial and the bill)."""
     policy = final_policy(stores, config)
@@ -99,6 +124,8 @@ def experiment_result(stores: Stores, config: ExperimentConfig) -> dict[str, Any
     }
     if config.tasks is not None:
         result["trials"] = task_trials(stores, config)
+        result["counts"]["policy_calls"] = stores.model_calls.calls(config.name, "policy")
+        result["cost"] = cost_of(stores.model_calls.usage(config.name), prices(stores.home))
     return result
 
 

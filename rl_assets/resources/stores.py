@@ -13,6 +13,7 @@ from rl_assets.stores.attempts import AttemptLog
 from rl_assets.stores.damage import DamageLog
 from rl_assets.stores.database import Database
 from rl_assets.stores.experiments import ExperimentStore
+from rl_assets.stores.model_calls import ModelCallLedger
 from rl_assets.stores.rubrics import RubricRegistry
 from rl_assets.stores.scorings import ScoringRequests
 from rl_assets.stores.training import CheckpointStore, TrainingLedger
@@ -42,6 +43,10 @@ class Stores:
     @cached_property
     def damage(self) -> DamageLog:
         return DamageLog(self.db)
+
+    @cached_property
+    def model_calls(self) -> ModelCallLedger:
+        return ModelCallLedger(self.db)
 
     @cached_property
     def verdicts(self) -> VerdictLedger:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import openai
@@ -71,8 +71,10 @@ class Answer(BaseModel):
 class ChatClient:
     """Chat completions from one endpoint, counting the requests that were answered."""
 
-    def __init__(self, endpoint: ChatEndpoint) -> None:
+    def __init__(self, endpoint: ChatEndpoint, on_answer: Callable[[Answer], None] | None = None) -> None:
+        """``on_answer`` sees every answered call as it arrives (the cost ledger records it there and then)."""
         self.endpoint = endpoint
+        self._on_answer = on_answer
         self._client = openai.OpenAI(
             base_url=endpoint.base_url,
             api_key=os.environ.get(endpoint.api_key_env) or PLACEHOLDER_KEY,
@@ -116,7 +118,10 @@ class ChatClient:
             raise ModelCallError(f"{where}: HTTP {err.status_code}: {_short(err.message)}", err.status_code) from None
         with self._lock:
             self._answered += 1
-        return _read(completion, where)
+        answer = _read(completion, where)
+        if self._on_answer is not None:
+            self._on_answer(answer)
+        return answer
 
     def close(self) -> None:
         self._client.close()

@@ -22,8 +22,8 @@ from string import Template
 
 from pydantic import Field, field_validator
 
-from rl_assets.domain.record import Record
 from rl_assets.domain.names import RubricName
+from rl_assets.domain.record import Record
 
 PLACEHOLDERS = frozenset({"instruction", "transcript", "reward", "verifier_output", "scale"})
 REQUIRED = frozenset({"instruction", "transcript"})
