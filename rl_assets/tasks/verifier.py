@@ -95,10 +95,13 @@ def _read(directory: int, name: str) -> str | None:
         return None
     except OSError as err:  # ELOOP: a symbolic link
         raise RewardFileUnsafe(f"/logs/verifier/{name}: not a regular file ({err.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise RewardFileUnsafe(f"/logs/verifier/{name}: not a regular file")
-        data = f.read(REWARD_FILE_BYTES + 1)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(REWARD_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
     if len(data) > REWARD_FILE_BYTES:
         raise RewardFileUnsafe(f"/logs/verifier/{name}: over {REWARD_FILE_BYTES} bytes")
     if not data.strip():
