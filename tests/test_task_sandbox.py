@@ -10,9 +10,12 @@ process, mount or cgroup of the attempt is left.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
+import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +29,8 @@ from rl_assets.sandbox.protocol import ForkLayout
 from rl_assets.sandbox.task_shell import OUTPUT_BYTES, TaskSandboxUnavailable, TaskShell
 from rl_assets.worlds import LocalWorlds, tree_hash
 
+UNPRIVILEGED_PYTHON = "/usr/bin/python3.11"
+"""The unprivileged caller's interpreter: root's pyenv under /root is not reachable by nobody."""
 WORLD = {"README.txt": "the task's files\n", "src/app.py": "print('v1')\n"}
 SECRET = "rl-assets-planted-secret"
 
@@ -259,3 +264,54 @@ def test_filling_the_fork_fills_only_its_quota(fork):
         assert result.output.strip() != "0", "the write failed at the quota"
         assert shell.run("du -sm big | cut -f1", 10).output.strip() in {"7", "8"}
     assert list(Path(fork.upper).iterdir()) == [], "nothing reached the host's disk"
+
+
+UNPRIVILEGED = """
+import json, os, tempfile
+from pathlib import Path
+from rl_assets.sandbox.protocol import ForkLayout
+from rl_assets.sandbox.task_shell import TaskShell
+from rl_assets.sandbox.task_trial import run_oracle
+from rl_assets.tasks.task import load_task
+
+seen = {"oracle": run_oracle(load_task(Path(%(task)r))).reward}
+root = Path(tempfile.mkdtemp())
+(root / "world").mkdir()
+(root / "world" / "given.txt").write_text("given\\n")
+(root / "world" / "given.txt").chmod(0o444)
+for d in ("upper", "work", "merged"):
+    (root / d).mkdir()
+fork = ForkLayout(kind="overlay", lower=str(root / "world"), upper=str(root / "upper"), work=str(root / "work"),
+                  merged=str(root / "merged"))
+with TaskShell(fork) as shell:
+    seen["id"] = shell.run("id -un; id -u", 10).output
+    seen["edit"] = shell.run("echo edited >> given.txt && cat given.txt", 10).output
+    seen["outside"] = shell.run(f"ls {root}", 10).exit_code
+    seen["background"] = shell.run("sleep 1000 & echo started", 10).output
+    seen["left"] = os.popen(f"ps --ppid {shell.keeper_pid} -o pid=").read()
+seen["world"] = (root / "world" / "given.txt").read_text()
+print(json.dumps(seen))
+"""
+
+
+def test_an_unprivileged_caller_gets_the_same_sandbox(tmp_path):
+    """Launched by ``nobody`` (no cgroup, the caller's own uid mapped): the oracle passes, and the boundary holds."""
+    script = UNPRIVILEGED % {"task": str(Path(__file__).parent.parent / "examples" / "tasks" / "create-file")}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{Path(__file__).parent.parent}:{sysconfig.get_paths()['purelib']}"}
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", UNPRIVILEGED_PYTHON, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "oracle": 1.0,
+        "id": "agent\n1000\n",
+        "edit": "given\nedited\n",
+        "outside": 2,
+        "background": "started\n",
+        "left": "",
+        "world": "given\n",
+    }

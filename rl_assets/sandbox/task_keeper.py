@@ -64,7 +64,7 @@ def _adopt(root: str, uid: int) -> None:
 
 
 def _minimal_etc(stage: str, uid: int) -> list[str]:
-    """A ``passwd`` and ``group`` naming root and the sandbox's uid, written into the stage, bound read-only."""
+    """A ``passwd`` and ``group`` naming root and the commands' uid, written into the stage, bound read-only."""
     args = []
     for name, text in (
         ("passwd", f"root:x:0:0:root:/root:/bin/bash\nagent:x:{uid}:{uid}:agent:/tmp:/bin/bash\n"),
@@ -89,7 +89,7 @@ def setup(config: dict) -> list[str]:
     options = f"size={config['tmp_bytes']},nr_inodes=4096,mode=1777"
     keeper._mount("rl-assets-tmp", tmp, "tmpfs", keeper._MS_NOSUID | keeper._MS_NODEV, options)
     config["base_fd"] = os.open(base, os.O_PATH | os.O_DIRECTORY)  # the stage is about to hide /tmp
-    args = [*config["bwrap"], *keeper._stage(base, config["binds"]), *_minimal_etc(stage, config["bwrap_uid"])]
+    args = [*config["bwrap"], *keeper._stage(base, config["binds"]), *_minimal_etc(stage, config["command_uid"])]
     for target, link in config["symlinks"]:
         args += ["--symlink", target, link]
     keeper._mount(stage, keeper.STAGE_POINT, None, keeper._MS_MOVE)

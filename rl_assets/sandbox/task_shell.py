@@ -129,6 +129,7 @@ class TaskShell:
             "tmp_bytes": self.limits.fork_bytes,
             "sandbox_uid": uid,
             "bwrap_uid": uid,
+            "command_uid": SANDBOX_UID,
             "binds": binds,
             "symlinks": symlinks,
             "seccomp_fd": sec,
