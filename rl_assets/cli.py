@@ -417,22 +417,23 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks_check(args: argparse.Namespace) -> int:
+    from rl_assets.sandbox.task_trial import run_oracle
     from rl_assets.tasks.check import check_tasks
 
     root = Path(args.dir)
     if not root.is_dir():
         raise UsageError(f"DIR: not a directory: {args.dir}")
-    result = check_tasks(root)
+    result = check_tasks(root, oracle=run_oracle)
     if not result.checked:
         raise UsageError(f"DIR: no task directories in {args.dir}")
     for line in result.table():
         print(line)
     for refusal in result.refusals:
         print(f"refused locally (runs on Kubernetes with its image): {refusal}")
-    for problem in result.problems:
+    for problem in [*result.problems, *result.failures]:
         print(problem, file=sys.stderr)
     print(result.summary())
-    return 1 if result.invalid else 0
+    return 0 if result.ok else 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -528,11 +529,13 @@ def build_parser() -> argparse.ArgumentParser:
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
     check = tasks_sub.add_parser(
         "check",
-        help="validate every task directory under DIR and print a table",
+        help="validate every task directory under DIR, run each solution as the oracle, print a table",
         description="Validate every task directory under DIR (or DIR itself, if it is one task) against Harbor's "
-        "task format and task.toml schema, print a table, and say which settings do not apply locally. "
-        "Exits 1 if a task is invalid, naming each problem's file and key. Solutions are not run yet: the oracle "
-        "run (solution/solve.sh through the sandbox and the verifier) comes with the sandbox support for tasks.",
+        "task format and task.toml schema, then run each locally runnable task's solution/solve.sh as the agent "
+        "in the task sandbox, followed by its verifier (tests/test.sh), on a fresh fork of its environment. "
+        "Prints a table with each reward and the seconds it took, and says which settings do not apply locally. "
+        "Exits 1 if a task is invalid, naming each problem's file and key, or if a solution does not reach "
+        "reward 1 or its verifier fails. Tasks without a solution are validated only.",
     )
     check.add_argument("dir", metavar="DIR", help="a task set (a directory of task directories) or one task")
     check.set_defaults(func=cmd_tasks_check)

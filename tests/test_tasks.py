@@ -1,13 +1,16 @@
 """Harbor-format task directories: the examples load, a real Harbor task.toml loads, mistakes are named.
 
-No home is needed: parsing and validation touch no Postgres, Ray or Dagster.
+No home is needed: parsing, validation and the oracle run (through the real task sandbox, on a temporary
+fork of the task's environment) touch no Postgres, Ray or Dagster.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -290,15 +293,85 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_cli_checks_the_example_set():
+def test_cli_checks_the_example_set_and_every_solution_reaches_reward_1():
     proc = cli(str(EXAMPLES))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].split()[:3] == ["task", "version", "environment"]
+    header = ["task", "version", "environment", "verifier", "timeout", "solution", "reward", "seconds", "notes"]
+    assert lines[0].split() == header
     for name in EXAMPLE_NAMES:
-        assert any(line.split()[:5] == [f"rl-assets/{name}", "1.0.0", "files", "60s", "yes"] for line in lines)
-    assert "4 valid, 0 invalid" in lines[-1] and "oracle run" in lines[-1]
+        (row,) = [line.split() for line in lines if line.startswith(f"rl-assets/{name} ")]
+        assert row[:6] == [f"rl-assets/{name}", "1.0.0", "files", "60s", "yes", "1.0"], row
+        assert 0 < float(row[6]) < 10 and row[7:] == ["-"]
+    assert lines[-1] == "4 valid, 0 invalid task(s); oracle: 4 of 4 solution(s) reach reward 1"
     assert cli(str(EXAMPLES / "hidden-test")).returncode == 0  # one task directory is a set of one
+
+
+@pytest.mark.parametrize(
+    "breakage, failure",
+    [
+        ("echo wrong > greeting.txt", "oracle reward 0.0, not 1 (solve.sh: exit 0)"),
+        ("exit 7", "oracle reward 0.0, not 1 (solve.sh: exit 7)"),
+    ],
+)
+def test_a_broken_solution_fails_the_check(tmp_path, breakage, failure):
+    task = shutil.copytree(EXAMPLES / "create-file", tmp_path / "create-file")
+    (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{breakage}\n")
+    proc = cli(str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr == f"rl-assets/create-file: {failure}\n"
+    assert "oracle: 0 of 1 solution(s) reach reward 1" in proc.stdout
+
+
+def test_a_failing_verifier_fails_the_check_naming_the_error(tmp_path):
+    task = shutil.copytree(EXAMPLES / "create-file", tmp_path / "create-file")
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\necho no reward written\n")
+    proc = cli(str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("rl-assets/create-file: oracle: RewardFileMissing: the verifier wrote neither")
+    assert proc.stdout.splitlines()[1].split()[5] == "error"
+
+
+def test_a_task_without_a_solution_is_validated_only(tmp_path):
+    make_task(tmp_path, '[task]\nname = "acme/plain"\n[environment]\nnetwork_mode = "no-network"\n')
+    proc = cli(str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    row = proc.stdout.splitlines()[1]
+    assert row.split()[4:] == ["no", "-", "-", "no", "solution:", "validated", "only"]
+    assert proc.stdout.splitlines()[-1].endswith(
+        "oracle: 0 of 0 solution(s) reach reward 1, 1 without a solution (validated only)"
+    )
+
+
+def test_the_oracle_leaves_no_process_mount_cgroup_or_directory(tmp_path, monkeypatch):
+    from rl_assets.sandbox.limits import CGROUP_ROOT, PREFIX
+    from rl_assets.sandbox.task_trial import run_oracle
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = _processes()
+    run = run_oracle(load_task(EXAMPLES / "fix-python-function"))
+    assert run.reward == 1.0 and run.error is None and run.solve == "exit 0"
+    assert _processes() == before, "no process of the attempt is left"
+    assert not any("rl-assets-" in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    assert not [p for c in ("pids", "memory", "cpu") for p in (CGROUP_ROOT / c).glob(f"{PREFIX}{os.getpid()}-*")]
+    assert list(tmp_path.iterdir()) == [], "the temporary world and fork are removed"
+
+
+def _processes() -> set[int]:
+    """This process's descendants."""
+    children: dict[int, set[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, set()).add(int(entry))
+    found, todo = set(), [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.add(child)
+            todo.append(child)
+    return found
 
 
 def test_cli_names_each_problem_of_a_bad_set_and_exits_1(tmp_path):

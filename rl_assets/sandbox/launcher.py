@@ -103,7 +103,7 @@ REFERENCE_AGENT = AgentProgram(
 """The reference agent and the only modules it imports: not the world's secret, the verifier or the judge."""
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     os.setpgrp()
 
@@ -174,7 +174,7 @@ def _find_runtime(interpreter: str) -> Runtime:
     return tuple((source, dest) for dest, source in binds.items()), tuple(hidden), interpreter
 
 
-def _write_maps(pid: int, sandbox_host_uid: int | None) -> None:
+def write_maps(pid: int, sandbox_host_uid: int | None) -> None:
     """The keeper's uid and gid maps: as root, 0 and a fresh unprivileged uid; otherwise the caller alone, as 0."""
     if sandbox_host_uid is not None:
         for kind in ("uid_map", "gid_map"):
@@ -297,7 +297,7 @@ class _Attempt:
             env={},
             cwd="/",
             pass_fds=(req_w, rep_r, out_w, sec),
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         for fd in (req_w, rep_r, out_w, sec):
             os.close(fd)
@@ -306,7 +306,7 @@ class _Attempt:
         first = self.proc.stdout.readline()
         if first.strip() != b"unshared":
             raise RuntimeError(f"sandbox keeper failed to start: {first[:500].decode(errors='replace').strip()}")
-        _write_maps(self.proc.pid, host_uid)
+        write_maps(self.proc.pid, host_uid)
         self.proc.stdin.write(json.dumps(config).encode() + b"\n")
         self.proc.stdin.flush()
         return self._serve(self.proc.stdout.fileno())
@@ -320,7 +320,7 @@ class _Attempt:
             shutil.copy(source, Path(self.scratch, rel))
 
         def child() -> None:
-            _die_with_parent()
+            die_with_parent()
             for target, fd in zip(
                 (3, 4, 1, 2), (os.dup(req_w), os.dup(rep_r), os.dup(out_w), os.dup(out_w)), strict=True
             ):

@@ -1,36 +1,66 @@
-"""``rl-assets tasks check``: every task of a set validated, as a table a person reads, without running anything.
+"""``rl-assets tasks check``: every task of a set validated and its solution run as the oracle, as a table.
 
-The CLI only prints what this returns, so the check's rules (what is a row, a refusal, a problem) live
-with the tasks they are about.
+The CLI only prints what this returns, so the check's rules (what is a row, a refusal, a problem, a
+failure) live with the tasks they are about. Running a solution needs the task sandbox, a layer above
+this package, so the CLI passes the runner in (:data:`Oracle`); here a task is only chosen to run: a
+valid one, runnable locally, with a ``solution/solve.sh``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rl_assets.tasks.locality import local_fit
-from rl_assets.tasks.task import InvalidTaskError, load_task, task_dirs
+from rl_assets.tasks.task import InvalidTaskError, Task, load_task, task_dirs
 
-ORACLE_NOTE = (
-    "solutions are not run yet: the oracle run (solution/solve.sh through the sandbox and the verifier) "
-    "comes with the sandbox support for tasks"
-)
-HEADER = ("task", "version", "environment", "verifier timeout", "solution", "not applied locally")
+HEADER = ("task", "version", "environment", "verifier timeout", "solution", "reward", "seconds", "notes")
+NO_SOLUTION = "no solution: validated only"
+
+
+@dataclass(frozen=True)
+class OracleRun:
+    """A task's ``solution/solve.sh`` run as the agent, then its verifier: the reward, or why there is none."""
+
+    seconds: float
+    reward: float | None = None
+    error: str | None = None
+    """The verifier's error or the sandbox's refusal (``TypeName: message``) when there is no reward."""
+    solve: str = ""
+    """How ``solve.sh`` ended (``exit 0``, ``timed out after 600s``): Harbor verifies whatever it left."""
+
+    @property
+    def passed(self) -> bool:
+        return self.reward == 1.0
+
+
+Oracle = Callable[[Task], OracleRun]
 
 
 @dataclass(frozen=True)
 class TaskCheck:
-    """What checking a task set found: a row per valid task, local refusals, and one line per problem."""
+    """What checking a task set found: a row per valid task, local refusals, problems and oracle failures."""
 
     rows: list[tuple[str, ...]]
     refusals: list[str]
     problems: list[str]
+    failures: list[str]
+    """One line per task whose solution did not reach reward 1, or whose verifier failed."""
     checked: int
+    ran: int
+    unsolved: int
+    """Valid tasks without a ``solution/solve.sh``."""
+    refused: int
+    """Valid tasks this machine's sandbox cannot run (each reason is in ``refusals``)."""
 
     @property
     def invalid(self) -> int:
         return self.checked - len(self.rows)
+
+    @property
+    def ok(self) -> bool:
+        return not self.invalid and not self.failures
 
     def table(self) -> list[str]:
         """The rows under :data:`HEADER`, columns aligned (the last one, free text, is not padded)."""
@@ -43,15 +73,22 @@ class TaskCheck:
         ]
 
     def summary(self) -> str:
-        return f"{len(self.rows)} valid, {self.invalid} invalid task(s); {ORACLE_NOTE}"
+        parts = [f"oracle: {self.ran - len(self.failures)} of {self.ran} solution(s) reach reward 1"]
+        if self.unsolved:
+            parts.append(f"{self.unsolved} without a solution (validated only)")
+        if self.refused:
+            parts.append(f"{self.refused} refused locally")
+        return f"{len(self.rows)} valid, {self.invalid} invalid task(s); " + ", ".join(parts)
 
 
-def check_tasks(root: Path) -> TaskCheck:
-    """Validate every task directory of ``root`` (or ``root`` itself, if it is one task)."""
+def check_tasks(root: Path, oracle: Oracle) -> TaskCheck:
+    """Validate every task directory of ``root`` (or ``root`` itself, if it is one task); run each solution."""
     dirs = task_dirs(root)
     rows: list[tuple[str, ...]] = []
     refusals: list[str] = []
     problems: list[str] = []
+    failures: list[str] = []
+    ran = unsolved = refused = 0
     for path in dirs:
         try:
             task = load_task(path)
@@ -60,6 +97,21 @@ def check_tasks(root: Path) -> TaskCheck:
             continue
         fit = local_fit(task)
         refusals.extend(f"{task.name}: {reason}" for reason in fit.refusals)
+        refused += not fit.runs_locally
+        notes = list(fit.ignored)
+        reward = seconds = "-"
+        if not task.has_solution:
+            unsolved += 1
+            notes.insert(0, NO_SOLUTION)
+        elif fit.runs_locally:
+            ran += 1
+            run = oracle(task)
+            reward = "error" if run.reward is None else str(run.reward)
+            seconds = f"{run.seconds:.2f}"
+            if run.error is not None:
+                failures.append(f"{task.name}: oracle: {run.error} (solve.sh: {run.solve})")
+            elif not run.passed:
+                failures.append(f"{task.name}: oracle reward {run.reward}, not 1 (solve.sh: {run.solve})")
         version = (task.config.task.version if task.config.task else None) or "-"
         rows.append(
             (
@@ -68,7 +120,9 @@ def check_tasks(root: Path) -> TaskCheck:
                 task.environment_kind,
                 f"{task.config.verifier.timeout_sec:g}s",
                 "yes" if task.has_solution else "no",
-                "; ".join(fit.ignored) or "-",
+                reward,
+                seconds,
+                "; ".join(notes) or "-",
             )
         )
-    return TaskCheck(rows, refusals, problems, len(dirs))
+    return TaskCheck(rows, refusals, problems, failures, len(dirs), ran, unsolved, refused)
