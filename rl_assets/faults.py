@@ -17,14 +17,19 @@ and is survived by the retry that follows, so results never depend on faults.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from rl_assets.domain.agent import Rollout
-from rl_assets.domain.models import Rubric, Trajectory, Verdict
+from rl_assets.domain.models import Rubric, Trajectory, Verdict, VerifierOutcome
 from rl_assets.domain.runtime import FaultConfig
 from rl_assets.resources.judge import JudgeResource
+from rl_assets.sandbox.launcher import SandboxTimeout
+from rl_assets.sandbox.protocol import CommandResult, SandboxFault
 from rl_assets.stores.verdicts import VerdictLedger
-from rl_assets.workloads.seams import Environment, Judge, RequestFactory
+from rl_assets.tasks.task import Task
+from rl_assets.workloads.seams import Environment, Judge, RequestFactory, TaskSession
 
 
 class InjectedJudgeFault(RuntimeError):
@@ -119,3 +124,35 @@ class FaultyEnvironment:
             lambda fork: make_request(fork).model_copy(update=injected),
             timeout_s,
         )
+
+    def task(self, world_id: str) -> Task:
+        return self.inner.task(world_id)
+
+    @contextmanager
+    def task_session(
+        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
+    ) -> Iterator[TaskSession]:
+        """The inner session; on a trial's first attempt, a drawn flake fails it and a drawn hang stalls it.
+
+        The flake is a sandbox that dies as the attempt starts; the hang is a first command that never
+        returns, killed at the trial's timeout like any hung command, after which the attempt fails.
+        """
+        first, faults = self.injection.attempt == 0, self.injection.faults
+        if first and faults.trial_flakes(trial_id):
+            raise SandboxFault(f"injected sandbox fault: the sandbox of {trial_id} died as it started")
+        with self.inner.task_session(world_id, experiment, trial_id, attempt_id, task) as session:
+            yield HangingSession(session) if first and faults.trial_hangs(trial_id) else session
+
+
+@dataclass(frozen=True)
+class HangingSession:
+    """A task session whose first command hangs: it is killed at its timeout, and the attempt fails with it."""
+
+    inner: TaskSession
+
+    def run(self, command: str, timeout_s: float) -> CommandResult:
+        result = self.inner.run("exec sleep infinity", timeout_s)
+        raise SandboxTimeout(f"injected hang: a command ran {result.seconds:.1f}s until its timeout killed it")
+
+    def verify(self) -> VerifierOutcome:
+        return self.inner.verify()

@@ -20,70 +20,14 @@ import pytest
 
 from rl_assets.domain.transcripts import Message, Transcript
 from rl_assets.tasks.task import load_task
+from rl_assets.testing.example_solutions import SOLUTIONS, script
+from rl_assets.testing.example_solutions import call as _call
 from rl_assets.testing.local_shell import LocalShell
 from rl_assets.testing.served_model import ServedModel
 from rl_assets.workloads.harbor.agent import NOT_RUN, AgentLimits, ChatAgent
 from rl_assets.workloads.harbor.client import ChatClient, ChatEndpoint, ModelCallError
 
 TASKS = Path(__file__).parent.parent / "examples" / "tasks"
-FIXED_STATS = """\"\"\"Small statistics helpers.\"\"\"
-
-
-def mean(values):
-    return sum(values) / len(values)
-
-
-def median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
-"""
-SLUG = 'import re\n\n\ndef slugify(text):\n    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")\n'
-EDIT_CONFIG = (
-    'python3 -c \'import json; c = json.load(open("config.json")); c["server"]["port"] = 9090; '
-    'c["server"]["debug"] = False; json.dump(c, open("config.json", "w"), indent=2)\''
-)
-
-
-def _call(name: str, **arguments: str) -> dict[str, Any]:
-    return {"tool_calls": [{"name": name, "arguments": arguments}]}
-
-
-SOLUTIONS: dict[str, list[dict[str, Any]]] = {
-    "create-file": [
-        _call("write_file", path="greeting.txt", content="Hello, Harbor!\nTasks are directories.\n"),
-        {"content": "Created greeting.txt."},
-    ],
-    "edit-config": [
-        _call("read_file", path="config.json"),
-        _call("bash", command=EDIT_CONFIG),
-        {"content": "Port 9090, debug off."},
-    ],
-    "fix-python-function": [
-        _call("read_file", path="stats.py"),
-        _call("write_file", path="stats.py", content=FIXED_STATS),
-        _call("bash", command="python3 -c 'from stats import median; print(median([3, 1, 2]), median([4, 1, 3, 2]))'"),
-        {"content": "median fixed."},
-    ],
-    "hidden-test": [
-        _call("write_file", path="slug.py", content=SLUG),
-        _call("bash", command="python3 -c 'from slug import slugify; print(slugify(\"Hello, World!\"))'"),
-        {"content": "slug.py written."},
-    ],
-}
-MATCHES = {
-    "create-file": "greeting.txt",
-    "edit-config": "config.json",
-    "fix-python-function": "stats.py",
-    "hidden-test": "slug.py",
-}
-
-
-def script(faults: dict[str, Any] | None = None, extra: list[dict[str, Any]] = ()) -> dict[str, Any]:
-    tasks = [{"match": MATCHES[name], "turns": turns} for name, turns in SOLUTIONS.items()]
-    return {"policy_model": "policy", "tasks": [*extra, *tasks], "faults": faults or {}}
 
 
 def _python(workdir: Path, code: str) -> str:

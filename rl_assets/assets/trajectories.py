@@ -20,6 +20,7 @@ from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.workloads.registry import workload_of
+from rl_assets.workloads.seams import Attempt
 from rl_assets.worlds import WorldTamperedError
 
 
@@ -121,18 +122,23 @@ def _generate(
     fork_kind = world_store.fork_kind()
     attempt_id = state.attempts.start_generation(config.name, spec.trial_id, attempt, identity, fork_kind)
     try:
-        rollout = (
-            FaultInjection(runtime.faults, attempt)
-            .environment(world_store)
-            .rollout(
-                spec.world_id,
+        attempt_of = Attempt(
+            config=config,
+            attempt_id=attempt_id,
+            timeout_s=execution.trial_timeout_s,
+            tool_latency_s=execution.tool_latency_s,
+            on_model_call=lambda model, usage: state.model_calls.record(
                 config.name,
                 spec.trial_id,
+                "policy",
+                model,
+                usage.prompt_tokens,
+                usage.completion_tokens,
                 attempt_id,
-                lambda fork: agent.request(spec, policy, fork, execution.tool_latency_s),
-                timeout_s=execution.trial_timeout_s,
-            )
+            ),
         )
+        environment = FaultInjection(runtime.faults, attempt).environment(world_store)
+        rollout = agent.rollout(environment, spec, policy, attempt_of)
     except Exception as err:  # any sandbox failure is this trial's, never the step's
         state.attempts.finish_generation(attempt_id, "failed", str(err))
         if attempt < config.generate_retries:

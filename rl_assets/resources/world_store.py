@@ -13,15 +13,24 @@ implements the same protocol with PVCs cloned from VolumeSnapshots and pods
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import dagster as dg
 
 from rl_assets.domain.agent import Rollout
+from rl_assets.domain.models import VerifierOutcome
 from rl_assets.home import Home
 from rl_assets.sandbox.launcher import isolation, run_sandbox
-from rl_assets.workloads.seams import RequestFactory
+from rl_assets.sandbox.protocol import CommandResult
+from rl_assets.sandbox.task_shell import TaskShell
+from rl_assets.sandbox.task_trial import task_shell, verify
+from rl_assets.tasks.snapshot import snapshot_task
+from rl_assets.tasks.task import Task
+from rl_assets.workloads.seams import RequestFactory, TaskSession
 from rl_assets.worlds import LocalWorlds
 
 
@@ -81,3 +90,34 @@ class WorldStoreResource(dg.ConfigurableResource):
         owner = f"{experiment}/{trial_id}"
         with self._worlds.fork(world_id, owner, f"a{attempt_id}", overlay=self.use_overlay()) as fork:
             return run_sandbox(make_request(fork), timeout_s=timeout_s)
+
+    def task(self, world_id: str) -> Task:
+        """The recorded task of a task world (its snapshot in the home)."""
+        return snapshot_task(Home(Path(self.home)).tasks, world_id)
+
+    @contextmanager
+    def task_session(
+        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
+    ) -> Iterator[TaskSession]:
+        """A task trial's sandbox (:class:`~rl_assets.sandbox.task_shell.TaskShell`) on a private fork of the world."""
+        owner = f"{experiment}/{trial_id}"
+        with (
+            self._worlds.fork(world_id, owner, f"a{attempt_id}", overlay=self.use_overlay()) as fork,
+            task_shell(task, fork) as shell,
+        ):
+            yield LocalTaskSession(shell, task)
+
+
+@dataclass(frozen=True)
+class LocalTaskSession:
+    """The :class:`~rl_assets.workloads.seams.TaskSession` of the local sandbox."""
+
+    shell: TaskShell
+    task: Task
+
+    def run(self, command: str, timeout_s: float) -> CommandResult:
+        return self.shell.run(command, timeout_s)
+
+    def verify(self) -> VerifierOutcome:
+        result = verify(self.shell, self.task)
+        return VerifierOutcome(reward=result.reward, rewards=result.rewards, output=result.output)

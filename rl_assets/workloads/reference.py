@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rl_assets.domain.agent import Rollout
 from rl_assets.domain.bandit import apply_step
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward, Rubric, Trajectory, TrialSpec, Verdict
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
+from rl_assets.workloads.seams import Attempt, Environment
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,18 @@ class ReferenceAgent:
     version: str = "reference-agent-v1"
 
     def request(self, spec: TrialSpec, policy: Policy, fork: ForkLayout, tool_latency_s: float) -> SandboxRequest:
+        """What the sandbox is handed for one attempt of ``spec`` under ``policy`` on ``fork``."""
         return SandboxRequest(spec=spec, prior=policy.priors[spec.world_id], fork=fork, tool_latency_s=tool_latency_s)
+
+    def rollout(self, environment: Environment, spec: TrialSpec, policy: Policy, attempt: Attempt) -> Rollout:
+        return environment.rollout(
+            spec.world_id,
+            attempt.config.name,
+            spec.trial_id,
+            attempt.attempt_id,
+            lambda fork: self.request(spec, policy, fork, attempt.tool_latency_s),
+            timeout_s=attempt.timeout_s,
+        )
 
 
 @dataclass(frozen=True)

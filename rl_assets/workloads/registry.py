@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.experiment import TASKS_WORKLOAD, ExperimentConfig
+from rl_assets.workloads.evaluation import FixedPolicyTrainer
+from rl_assets.workloads.harbor.workload import TaskAgent, VerifierOnlyJudge
 from rl_assets.workloads.reference import BanditTrainer, ReferenceAgent, SimulatedJudge
 from rl_assets.workloads.seams import Agent, Judge, Trainer
 
@@ -37,7 +39,10 @@ class UnknownWorkloadError(KeyError):
 REFERENCE = Workload(name="reference", agent=ReferenceAgent(), judge=SimulatedJudge(), trainer=BanditTrainer())
 """The built-in workload: the bandit of reference-workload.md, the default of every experiment."""
 
-_REGISTRY: dict[str, Workload] = {REFERENCE.name: REFERENCE}
+TASKS = Workload(name=TASKS_WORKLOAD, agent=TaskAgent(), judge=VerifierOnlyJudge(), trainer=FixedPolicyTrainer())
+"""Harbor task sets (``--tasks``): the chat agent against the experiment's policy server, the task's verifier."""
+
+_REGISTRY: dict[str, Workload] = {REFERENCE.name: REFERENCE, TASKS.name: TASKS}
 
 
 def register(workload: Workload) -> None:

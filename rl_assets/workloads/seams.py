@@ -17,15 +17,50 @@ every home, so they change shape only together with a migration.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Protocol
 
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Policy, Reward, Rubric, Trajectory, TrialSpec, Verdict
-from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
+from rl_assets.domain.models import Policy, Reward, Rubric, Trajectory, TrialSpec, Verdict, VerifierOutcome
+from rl_assets.domain.transcripts import Usage
+from rl_assets.sandbox.protocol import CommandResult, ForkLayout, SandboxRequest
+from rl_assets.tasks.task import Task
 
 RequestFactory = Callable[[ForkLayout], SandboxRequest]
 """Builds an attempt's sandbox request once its fork exists (the request names the fork)."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One rollout attempt of a trial, as the harness hands it to the agent."""
+
+    config: ExperimentConfig
+    attempt_id: int
+    """The attempt's row in the generation log: unique, so its fork is its own."""
+    timeout_s: float
+    tool_latency_s: float
+    on_model_call: Callable[[str, Usage], None]
+    """Told ``(model, usage)`` of every answered model call as it arrives: the cost ledger's hook."""
+
+
+class TaskSession(Protocol):
+    """A task trial's sandbox on its private fork: the agent's commands, then the task's verifier.
+
+    Owed: every command runs in the sandbox with the world as its working
+    directory and nothing of the host; ``verify`` runs the task's tests only
+    after every command of the agent has ended, with the tests and the reward
+    directory made for it alone, and reads the reward on the trusted side.
+    """
+
+    def run(self, command: str, timeout_s: float) -> CommandResult:
+        """The :class:`~rl_assets.sandbox.protocol.Shell` seam: one agent command."""
+        ...
+
+    def verify(self) -> VerifierOutcome:
+        """The task's ``tests/test.sh`` on the fork as the agent left it; raises when it gives no usable reward."""
+        ...
 
 
 class Environment(Protocol):
@@ -90,18 +125,30 @@ class Environment(Protocol):
         """One sandboxed attempt of ``trial_id`` on a fresh fork of ``world_id``."""
         ...
 
+    def task(self, world_id: str) -> Task:
+        """The recorded Harbor task a task world was built from."""
+        ...
+
+    def task_session(
+        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
+    ) -> AbstractContextManager[TaskSession]:
+        """A task trial's sandbox on a fresh fork of ``world_id``, removed (fork, processes, mounts) on exit."""
+        ...
+
 
 class Agent(Protocol):
     """One trial's loop against an environment and a policy.
 
-    For the reference workload the loop itself runs inside the sandbox
-    (:mod:`rl_assets.sandbox.reference_agent`), so this seam is what the
-    harness hands the sandbox: the request for one attempt. Owed to the
-    durability story: ``version`` names the agent's behaviour and is part of
-    every trajectory's identity (change it whenever the agent would act
-    differently, or stale rollouts are reused); the request is a pure function
-    of its arguments, so every attempt of a trial acts alike and a retried
-    trial produces the trajectory an unfailed attempt would have.
+    The reference agent's loop runs inside the sandbox
+    (:mod:`rl_assets.sandbox.reference_agent`): its ``rollout`` hands the
+    environment the request for one attempt. The tasks workload's chat agent
+    runs in the trusted worker and sends only its commands into a
+    :class:`TaskSession`. Owed to the durability story: ``version`` names the
+    agent's behaviour and is part of every trajectory's identity (change it
+    whenever the agent would act differently, or stale rollouts are reused);
+    the rollout is built from evidence the harness observed, and depends on
+    nothing but the spec, the policy, the world (and for a served policy, the
+    server's answers), so a retried trial produces what an unfailed attempt would have.
     """
 
     @property
@@ -109,8 +156,8 @@ class Agent(Protocol):
         """The agent's identity in trajectory hashes."""
         ...
 
-    def request(self, spec: TrialSpec, policy: Policy, fork: ForkLayout, tool_latency_s: float) -> SandboxRequest:
-        """What the sandbox is handed for one attempt of ``spec`` under ``policy`` on ``fork``."""
+    def rollout(self, environment: Environment, spec: TrialSpec, policy: Policy, attempt: Attempt) -> Rollout:
+        """One attempt of ``spec`` under ``policy`` in ``environment``; raises when the attempt fails."""
         ...
 
 

@@ -1,0 +1,70 @@
+"""Scripted model answers that solve each task of ``examples/tasks`` through the chat agent's tools.
+
+For the stand-in model server (:mod:`rl_assets.testing.model_server`): each task's answers are chosen by
+a substring of its instruction, so every trial of a task, on any attempt, gets the same answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+POLICY_MODEL = "policy"
+JUDGE_MODEL = "judge"
+FIXED_STATS = """\"\"\"Small statistics helpers.\"\"\"
+
+
+def mean(values):
+    return sum(values) / len(values)
+
+
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+"""
+SLUG = 'import re\n\n\ndef slugify(text):\n    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")\n'
+EDIT_CONFIG = (
+    'python3 -c \'import json; c = json.load(open("config.json")); c["server"]["port"] = 9090; '
+    'c["server"]["debug"] = False; json.dump(c, open("config.json", "w"), indent=2)\''
+)
+
+
+def call(name: str, **arguments: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+SOLUTIONS: dict[str, list[dict[str, Any]]] = {
+    "create-file": [
+        call("write_file", path="greeting.txt", content="Hello, Harbor!\nTasks are directories.\n"),
+        {"content": "Created greeting.txt."},
+    ],
+    "edit-config": [
+        call("read_file", path="config.json"),
+        call("bash", command=EDIT_CONFIG),
+        {"content": "Port 9090, debug off."},
+    ],
+    "fix-python-function": [
+        call("read_file", path="stats.py"),
+        call("write_file", path="stats.py", content=FIXED_STATS),
+        call("bash", command="python3 -c 'from stats import median; print(median([3, 1, 2]), median([4, 1, 3, 2]))'"),
+        {"content": "median fixed."},
+    ],
+    "hidden-test": [
+        call("write_file", path="slug.py", content=SLUG),
+        call("bash", command="python3 -c 'from slug import slugify; print(slugify(\"Hello, World!\"))'"),
+        {"content": "slug.py written."},
+    ],
+}
+MATCHES = {
+    "create-file": "greeting.txt",
+    "edit-config": "config.json",
+    "fix-python-function": "stats.py",
+    "hidden-test": "slug.py",
+}
+
+
+def script(faults: dict[str, Any] | None = None, extra: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    tasks = [{"match": MATCHES[name], "turns": turns} for name, turns in SOLUTIONS.items()]
+    return {"policy_model": POLICY_MODEL, "tasks": [*extra, *tasks], "faults": faults or {}}
