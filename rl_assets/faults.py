@@ -18,7 +18,7 @@ and is survived by the retry that follows, so results never depend on faults.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from rl_assets.domain.agent import Rollout
@@ -128,8 +128,13 @@ class FaultyEnvironment:
     def task(self, world_id: str) -> Task:
         return self.inner.task(world_id)
 
-    @contextmanager
     def task_session(
+        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
+    ) -> AbstractContextManager[TaskSession]:
+        return self._task_session(world_id, experiment, trial_id, attempt_id, task)
+
+    @contextmanager
+    def _task_session(
         self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
     ) -> Iterator[TaskSession]:
         """The inner session; on a trial's first attempt, a drawn flake fails it and a drawn hang stalls it.

@@ -157,6 +157,14 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
             raise SandboxTimeout(f"rollout of {trial_id} exceeded {timeout_s}s and its pod was killed")
         return rollout_from_output(outcome.exit_code, outcome.log, outcome.log)
 
+    def task(self, world_id: str) -> Task:
+        raise NotImplementedError(TASKS_LOCAL_ONLY)
+
+    def task_session(
+        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
+    ) -> AbstractContextManager[TaskSession]:
+        raise NotImplementedError(TASKS_LOCAL_ONLY)
+
 
 @contextmanager
 def _seals() -> Iterator[WorldSeals]:
@@ -189,11 +197,3 @@ def _seal(world_id: str) -> str | None:
 def _record_seal(world_id: str, digest: str, snapshot: str) -> None:
     with _seals() as seals:
         seals.record(world_id, digest, snapshot)
-
-    def task(self, world_id: str) -> Task:
-        raise NotImplementedError(TASKS_LOCAL_ONLY)
-
-    def task_session(
-        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
-    ) -> AbstractContextManager[TaskSession]:
-        raise NotImplementedError(TASKS_LOCAL_ONLY)

@@ -14,7 +14,7 @@ implements the same protocol with PVCs cloned from VolumeSnapshots and pods
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -95,8 +95,13 @@ class WorldStoreResource(dg.ConfigurableResource):
         """The recorded task of a task world (its snapshot in the home)."""
         return snapshot_task(Home(Path(self.home)).tasks, world_id)
 
-    @contextmanager
     def task_session(
+        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
+    ) -> AbstractContextManager[TaskSession]:
+        return self._task_session(world_id, experiment, trial_id, attempt_id, task)
+
+    @contextmanager
+    def _task_session(
         self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
     ) -> Iterator[TaskSession]:
         """A task trial's sandbox (:class:`~rl_assets.sandbox.task_shell.TaskShell`) on a private fork of the world."""

@@ -25,7 +25,9 @@ class TaskAgent:
 
     The limits that vary per trial are in the trajectory's identity already
     (``max_turns`` in the spec, the task's ``[agent] timeout_sec`` in its world's
-    id), so the version is the agent's own: prompt, tools and output caps.
+    id), so the version is the agent's own: prompt, tools and output caps. The
+    agent's deadline is the task's ``[agent] timeout_sec``, capped by the
+    operator's ``--trial-timeout`` (the bound of any attempt of any workload).
     """
 
     @property
@@ -37,7 +39,8 @@ class TaskAgent:
         if config.policy_url is None or config.policy_model is None:
             raise ValueError(f"experiment {config.name} names no policy server")
         task = environment.task(spec.world_id)
-        limits = AgentLimits(max_turns=spec.max_turns, timeout_s=task.config.agent.timeout_sec or attempt.timeout_s)
+        task_timeout_s = task.config.agent.timeout_sec or attempt.timeout_s
+        limits = AgentLimits(max_turns=spec.max_turns, timeout_s=min(task_timeout_s, attempt.timeout_s))
         endpoint = ChatEndpoint(base_url=config.policy_url, model=config.policy_model)
         with (
             ChatClient(endpoint, on_answer=lambda a: attempt.on_model_call(endpoint.model, a.turn.usage)) as client,
