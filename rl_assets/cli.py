@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo
 
 from rl_assets.domain.experiment import ExperimentConfig, is_derived
 from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name, shown
-from rl_assets.domain.rubrics import UnknownRubricError
+from rl_assets.domain.rubrics import UnknownRubricError, describe, kind_problem
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.home import Home, HomeError
 from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
@@ -115,15 +115,22 @@ def _check_environment() -> None:
         raise UsageError(str(err)) from None
 
 
-def _resolve_rubric(home: Home, name: str, stores=None) -> str:
-    """The rubric's name once it is known to be usable (and, with stores, pinned to its hash)."""
+def _resolve_rubric(home: Home, name: str, stores=None, config: ExperimentConfig | None = None) -> str:
+    """The rubric's name once it is known to be usable (and, with stores, pinned to its hash).
+
+    With ``config``, also that it is of the kind the experiment's judge reads (weights, or an LLM's prompt).
+    """
     from rl_assets.stores.rubrics import RubricError, RubricRegistry
 
     registry = stores.rubrics if stores is not None else RubricRegistry(home.rubrics)
     try:
-        return registry.get(name).name
+        rubric = registry.get(name)
     except (UnknownRubricError, RubricError) as err:
         raise UsageError(f"--rubric: {err}") from None
+    if config is not None and config.judge != "none":
+        if problem := kind_problem(rubric, llm_judge=config.judge == "llm"):
+            raise UsageError(f"--rubric: {problem}")
+    return rubric.name
 
 
 def _open(home: Home, with_ray: bool = True):
@@ -242,12 +249,12 @@ def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None 
 def cmd_train(args: argparse.Namespace) -> int:
     config, runtime = _config_from_args(args)
     home = Home.resolve(args.home)
-    _resolve_rubric(home, config.rubric)  # a bad rubric file is refused before any service starts (or Dagster loads)
+    _resolve_rubric(home, config.rubric, config=config)  # refused before any service starts (or Dagster loads)
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
 
     stores = _open(home)
-    _resolve_rubric(home, config.rubric, stores)  # pinned before the experiment is recorded with it
+    _resolve_rubric(home, config.rubric, stores, config)  # pinned before the experiment is recorded with it
     config = _with_task_set(home, config)
     try:
         stores.experiments.create_or_resume(config, runtime)
@@ -292,6 +299,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     stores = _open(home)
     rubric = _resolve_rubric(home, args.rubric, stores)
     config = _existing(stores, args.experiment)
+    _resolve_rubric(home, rubric, stores, config)
     with DagsterInstance.get() as instance:
         if not plan(instance, stores, config).done:
             raise UsageError(f"experiment {config.name!r} is not trained yet; finish it with `rl-assets train` first")
@@ -313,7 +321,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
     stores = _open(home)
     parent = _existing(stores, args.parent, "--from")
-    rubric = _resolve_rubric(home, args.rubric, stores)
+    rubric = _resolve_rubric(home, args.rubric, stores, parent)
     try:
         fork = parent.with_changes(name=args.experiment, rubric=rubric)
     except ValidationError as err:
@@ -344,10 +352,7 @@ def cmd_rubrics(args: argparse.Namespace) -> int:
             raise UsageError(f"--add: {err}") from None
         print(f"registered rubric {rubric.name} ({rubric.content_hash})", file=sys.stderr)
     for name, r in stores.rubrics.all().items():
-        print(
-            f"{name:<20} {r.content_hash}  correctness {r.correctness_weight:g}, "
-            f"efficiency {r.efficiency_weight:g}, tidiness {r.tidiness_weight:g}"
-        )
+        print(f"{name:<20} {r.content_hash}  {describe(r)}")
     for problem in stores.rubrics.problems():
         print(f"unusable: {problem}", file=sys.stderr)
     return 0

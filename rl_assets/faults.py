@@ -22,7 +22,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from rl_assets.domain.agent import Rollout
-from rl_assets.domain.models import Rubric, Trajectory, Verdict, VerifierOutcome
+from rl_assets.domain.models import Trajectory, Verdict, VerifierOutcome
+from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.runtime import FaultConfig
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.sandbox.launcher import SandboxTimeout
@@ -65,7 +66,7 @@ class FaultyJudging:
         self,
         ledger: VerdictLedger,
         trajectory: Trajectory,
-        rubric: Rubric,
+        rubric: AnyRubric,
         experiment: str,
         latency_s: float,
         timeout_s: float,

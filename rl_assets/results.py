@@ -74,8 +74,8 @@ def task_trials(stores: Stores, config: ExperimentConfig) -> list[dict[str, Any]
                     "turns": reward.turns,
                     "policy_prompt_tokens": usage.prompt_tokens if usage else 0,
                     "policy_completion_tokens": usage.completion_tokens if usage else 0,
-                    "judge_prompt_tokens": 0,
-                    "judge_completion_tokens": 0,
+                    "judge_prompt_tokens": reward.judge_usage.prompt_tokens if reward.judge_usage else 0,
+                    "judge_completion_tokens": reward.judge_usage.completion_tokens if reward.judge_usage else 0,
                 }
             )
     return rows

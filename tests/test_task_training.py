@@ -6,20 +6,28 @@ API; everything else is the real thing: Dagster on Postgres, a process per trial
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from rl_assets.testing.example_solutions import POLICY_MODEL, SOLUTIONS, script
-from rl_assets.testing.expectations import train_json
+from rl_assets.testing.example_solutions import (
+    JUDGE_MODEL,
+    JUDGE_SCORES,
+    POLICY_MODEL,
+    SOLUTIONS,
+    STRICT_MARKER,
+    script,
+)
+from rl_assets.testing.expectations import run_cli, train_json
 from rl_assets.testing.served_model import ServedModel
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 
 
-def _train(home: Path, name: str, server: ServedModel, *extra: str) -> dict:
+def _train(home: Path, name: str, server: ServedModel, *extra: str, steps: int = 2) -> dict:
     return train_json(
         home,
         *("--experiment", name, "--tasks", str(EXAMPLES), "--policy-url", server.base_url),
-        *("--policy-model", POLICY_MODEL, "--steps", "2", "--samples", "2", "--max-turns", "8", *extra),
+        *("--policy-model", POLICY_MODEL, "--steps", str(steps), "--samples", "2", "--max-turns", "8", *extra),
     )
 
 
@@ -71,3 +79,54 @@ def test_sandbox_faults_and_a_flaky_server_change_nothing_but_the_retries(home, 
         assert calm.content_hash == stormy.content_hash, t["trial_id"]
     # Every answered request is billed once, the hung attempts' answered calls included; refused ones never.
     assert chaos["counts"]["policy_calls"] == stats["answered"][POLICY_MODEL]
+
+
+STRICT_RUBRIC = f"""name = "strict"
+scale = "{STRICT_MARKER}: 1 only for work a reviewer would merge as is"
+template = '''
+Task: $instruction
+Transcript: $transcript
+Verifier reward: $reward
+Grade it $scale. Answer {{"score": <0 to 1>}}.
+'''
+"""
+
+
+def test_an_llm_judge_is_paid_once_per_trajectory_and_rescoring_calls_no_policy(home, tmp_path):
+    with ServedModel(script(), tmp_path) as server:
+        judged = _train(home, "tasks-judged", server, "--judge-url", server.base_url, "--judge-model", JUDGE_MODEL)
+        after_training = server.stats()["answered"]
+        rubric = tmp_path / "strict.toml"
+        rubric.write_text(STRICT_RUBRIC)
+        run_cli(home, "rubrics", "--add", str(rubric))
+        rescored = json.loads(
+            run_cli(home, "rescore", "--experiment", "tasks-judged", "--rubric", "strict", "--json").stdout
+        )
+        after_rescoring = server.stats()["answered"]
+    assert judged["rubric"] == "task-done"
+    trials = judged["trials"]
+    assert all(t["judge_score"] == JUDGE_SCORES[t["task"]] for t in trials)
+    assert all(t["reward"] == t["verifier_reward"] + t["judge_score"] for t in trials)
+    assert all(t["judge_prompt_tokens"] > 0 and t["judge_completion_tokens"] > 0 for t in trials)
+    assert judged["counts"]["judge_calls"] == len(trials) == after_training[JUDGE_MODEL]
+    assert judged["cost"]["judge_prompt_tokens"] == sum(t["judge_prompt_tokens"] for t in trials)
+    # Re-scoring judges the stored trajectories again under the new rubric: no rollout, no policy call.
+    assert after_rescoring[POLICY_MODEL] == after_training[POLICY_MODEL]
+    assert after_rescoring[JUDGE_MODEL] == after_training[JUDGE_MODEL] + len(trials)
+    assert {t["judge_score"] for t in rescored["trials"]} == {0.0}
+    assert [t["trial_id"] for t in rescored["trials"]] == [t["trial_id"] for t in trials]
+
+
+def test_a_weights_rubric_cannot_judge_a_task_experiment(home, tmp_path):
+    with ServedModel(script(), tmp_path) as server:
+        refused = run_cli(
+            home,
+            *("train", "--experiment", "tasks-v1", "--tasks", str(EXAMPLES), "--policy-url", server.base_url),
+            *("--policy-model", POLICY_MODEL, "--judge-url", server.base_url, "--judge-model", JUDGE_MODEL),
+            *("--rubric", "v2-efficiency"),
+            check=False,
+        )
+        answered = server.stats()["answered"]
+    assert refused.returncode == 2
+    assert "an LLM judge needs a judge rubric" in refused.stderr
+    assert answered == {}

@@ -11,13 +11,19 @@ import dagster as dg
 
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
+from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Reward
+from rl_assets.domain.rubrics import kind_problem
 from rl_assets.domain.scoring import reward_of, task_reward
+from rl_assets.domain.transcripts import Usage
 from rl_assets.faults import FaultInjection, InjectedJudgeFault
+from rl_assets.home import Home
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.stores.quarantine import read_or_quarantine
+from rl_assets.workloads.harbor.workload import task_judge
 from rl_assets.workloads.registry import workload_of
+from rl_assets.workloads.seams import Judge
 
 
 @dg.asset(
@@ -50,8 +56,11 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     rubric = run_rubric(context, state, config)
     if config.judge == "none":  # a task experiment without a judge: the verifier's reward is the reward
         return _recorded(context, state, experiment, step, slot, task_reward(trajectory, rubric.name, None))
+    problem = kind_problem(rubric, llm_judge=config.judge == "llm")
+    if problem is not None:
+        raise dg.Failure(f"{trial_id}: {problem}", allow_retries=False)
     attempt = context.retry_number
-    chosen = workload_of(config).judge
+    chosen = _judge_of(state, config, trial_id)
     key = judge.key(experiment, trajectory, rubric, chosen)
     cache_hit: bool | None = None
     try:
@@ -80,7 +89,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
             f"judging {trial_id} failed on all {attempt + 1} attempts: {err}", allow_retries=False
         ) from err
     state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "ok")
-    reward = reward_of(trajectory, verdict)
+    reward = reward_of(trajectory, verdict) if config.judge is None else task_reward(trajectory, rubric.name, verdict)
     state.trials.save_reward(experiment, rubric.name, step, slot, reward)
     state.damage.repaired("trial", context.partition_key)
     return dg.MaterializeResult(
@@ -89,6 +98,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
             "reward": reward.reward,
             "verified": reward.verified,
             "judge_score": verdict.score,
+            **({"judge_reason": verdict.reason} if verdict.reason else {}),
             "turns": reward.turns,
             "rubric": rubric.name,
             "rubric_hash": rubric.content_hash,
@@ -120,3 +130,14 @@ def _recorded(
         },
         data_version=dg.DataVersion(reward.content_hash),
     )
+
+
+def _judge_of(state: Stores, config: ExperimentConfig, trial_id: str) -> Judge:
+    """The experiment's judge: its workload's, or the LLM judge it names (billing each answer to the ledger)."""
+    if config.judge != "llm":
+        return workload_of(config).judge
+
+    def bill(model: str, usage: Usage) -> None:
+        state.model_calls.record(config.name, trial_id, "judge", model, usage.prompt_tokens, usage.completion_tokens)
+
+    return task_judge(config, Home(state.home).tasks, bill)

@@ -11,7 +11,7 @@ sensor, or a UI backfill's tags), else the experiment's own rubric.
 import dagster as dg
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Rubric
+from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.tags import rubric_of
 
@@ -32,6 +32,6 @@ def rubrics(stores: StoresResource) -> dg.ObserveResult:
     )
 
 
-def run_rubric(context: dg.AssetExecutionContext, state: Stores, config: ExperimentConfig) -> Rubric:
+def run_rubric(context: dg.AssetExecutionContext, state: Stores, config: ExperimentConfig) -> AnyRubric:
     """The rubric this run judges and trains with, resolved (and pinned) through the registry."""
     return state.rubrics.get(rubric_of(context.run.tags, config.rubric))

@@ -7,6 +7,7 @@ rubric) is derived from it, so no process has to remember anything.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -32,6 +33,9 @@ MAX_TRIALS_PER_STEP = 100_000
 MAX_LR = 1000.0
 MAX_TURNS = 1000
 MAX_RETRIES = 100
+DEFAULT_RUBRIC = "v1"
+DEFAULT_TASK_RUBRIC = "task-done"
+"""The built-in LLM judge rubric (:data:`rl_assets.domain.judge_rubric.DEFAULT_JUDGE_RUBRIC`)."""
 TASKS_WORKLOAD = "tasks"
 """The workload of Harbor task sets: a tool-using agent over an OpenAI-compatible API, the task's verifier."""
 JudgeKind = Literal["none", "llm"]
@@ -72,7 +76,8 @@ class ExperimentConfig(BaseModel):
     lr: float = Field(2.0, ge=0, le=MAX_LR, allow_inf_nan=False, description=f"Bandit learning rate (0 to {MAX_LR:g}).")
     max_turns: int = Field(6, ge=1, le=MAX_TURNS, description=f"Document reads allowed per trial (1 to {MAX_TURNS}).")
     rubric: RubricName = Field(
-        "v1", description=f"Rubric (built-in or in the home's registry) to judge with; a name of {RUBRIC_NAME_RULE}."
+        DEFAULT_RUBRIC,
+        description=f"Rubric (built-in or in the home's registry) to judge with; a name of {RUBRIC_NAME_RULE}.",
     )
     generate_retries: int = Field(
         2, ge=0, le=MAX_RETRIES, description=f"Retries of a trial's rollout before it fails (0 to {MAX_RETRIES})."
@@ -113,7 +118,18 @@ class ExperimentConfig(BaseModel):
     judge: JudgeKind | None = Field(
         None,
         exclude_if=lambda v: v is None,
-        description="Task experiments: 'none' trains on the verifier alone; 'llm' adds an LLM judge's score.",
+        description=(
+            "Task experiments: 'llm' adds an LLM judge's score to the verifier's reward (the default with "
+            "--judge-url); 'none' trains on the verifier alone (the default without)."
+        ),
+    )
+    judge_url: str | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="Base URL (ending in /v1) of the OpenAI-compatible server the LLM judge answers from.",
+    )
+    judge_model: str | None = Field(
+        None, exclude_if=lambda v: v is None, description="The model name the LLM judge asks that server for."
     )
     trainer: TrainerKind | None = Field(
         None,
@@ -136,14 +152,17 @@ class ExperimentConfig(BaseModel):
             data = dict(data)
             if data.get("workload") in (None, "reference"):
                 data["workload"] = TASKS_WORKLOAD
-            for key in ("judge", "trainer"):
-                if data.get(key) is None:
-                    data[key] = "none"
+            if data.get("judge") is None:
+                data["judge"] = "none" if data.get("judge_url") is None else "llm"
+            if data.get("trainer") is None:
+                data["trainer"] = "none"
+            if data.get("rubric") in (None, DEFAULT_RUBRIC):  # the reference default cannot judge a task
+                data["rubric"] = DEFAULT_TASK_RUBRIC
         return data
 
     @model_validator(mode="after")
     def _task_fields_for_task_workloads(self) -> ExperimentConfig:
-        task_only = ("policy_url", "policy_model", "judge", "trainer")
+        task_only = ("policy_url", "policy_model", "judge", "judge_url", "judge_model", "trainer")
         if self.tasks is None:
             given = [f for f in (*task_only, "task_worlds") if getattr(self, f) is not None]
             if given:
@@ -153,8 +172,14 @@ class ExperimentConfig(BaseModel):
             return self
         if self.policy_url is None or self.policy_model is None:
             raise ValueError("a task experiment needs --policy-url and --policy-model")
-        if not self.policy_url.rstrip("/").endswith("/v1"):
-            raise ValueError("policy_url must be the server's base URL, ending in /v1")
+        for field in ("policy_url", "judge_url"):
+            url = getattr(self, field)
+            if url is not None and not re.fullmatch(r"https?://\S+/v1/?", url):
+                raise ValueError(f"{field} must be the server's base URL (http or https), ending in /v1")
+        if self.judge == "llm" and (self.judge_url is None or self.judge_model is None):
+            raise ValueError("an LLM judge needs --judge-url and --judge-model (or --judge none)")
+        if self.judge == "none" and (self.judge_url is not None or self.judge_model is not None):
+            raise ValueError("--judge none takes no --judge-url or --judge-model")
         return self
 
     @model_validator(mode="after")

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from rl_assets.domain.names import RubricName
 from rl_assets.domain.record import Record
-from rl_assets.domain.transcripts import Transcript
+from rl_assets.domain.transcripts import Transcript, Usage
 
 MAX_RUBRIC_WEIGHT = 1000.0
 """Weights scale a score in [0, 1]; beyond this a weight is a typo, not a preference."""
@@ -107,15 +107,21 @@ class Trajectory(Record):
 
 
 class Verdict(Record):
-    """The judge's score of one trajectory under one rubric."""
+    """A judge's score of one trajectory under one rubric.
+
+    The reference judge fills in its three criteria; an LLM judge gives a
+    ``reason`` and the ``usage`` it was billed, and leaves the criteria out.
+    """
 
     trajectory_hash: str
     rubric_name: str
     rubric_hash: str
-    correct: float
-    efficiency: float
-    tidy: float
+    correct: float | None = Field(None, exclude_if=lambda v: v is None)
+    efficiency: float | None = Field(None, exclude_if=lambda v: v is None)
+    tidy: float | None = Field(None, exclude_if=lambda v: v is None)
     score: float
+    reason: str | None = Field(None, exclude_if=lambda v: v is None)
+    usage: Usage | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class Reward(Record):
@@ -135,6 +141,8 @@ class Reward(Record):
     """Task trials: the verifier's reward (``reward`` is it plus ``score``, the judge's, 0 without a judge)."""
     judge_score: float | None = Field(None, exclude_if=lambda v: v is None)
     """Task trials judged by an LLM: its score in [0, 1]; None without a judge."""
+    judge_usage: Usage | None = Field(None, exclude_if=lambda v: v is None)
+    """Task trials judged by an LLM: the tokens its verdict was billed (once, whoever asked)."""
 
 
 class StepResult(Record):

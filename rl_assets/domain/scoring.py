@@ -78,4 +78,5 @@ def task_reward(trajectory: Trajectory, rubric_name: str, verdict: Verdict | Non
         verdict_hash="" if verdict is None else verdict.content_hash,
         verifier_reward=verifier_reward,
         judge_score=judge_score,
+        judge_usage=None if verdict is None else verdict.usage,
     )

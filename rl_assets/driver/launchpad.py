@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from rl_assets.domain.experiment import ExperimentConfig, is_derived
 from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name
+from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.home import Home
 from rl_assets.resources.stores import StoresResource
@@ -85,6 +86,12 @@ def _built(model: type[BaseModel], values: dict[str, Any]) -> Any:
         raise _refuse(_schema_problem(err)) from None
 
 
+def _check_kind(rubric: AnyRubric, config: ExperimentConfig) -> None:
+    """Refuse a rubric of the wrong kind for the experiment's judge (weights for an LLM, or the reverse)."""
+    if config.judge != "none" and (problem := kind_problem(rubric, llm_judge=config.judge == "llm")):
+        raise _refuse(f"rubric: {problem}")
+
+
 def _name(check: Callable[[object], str], field: str, value: str) -> str:
     try:
         return check(value)
@@ -99,9 +106,10 @@ def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConf
     experiment: ExperimentConfig = built[ExperimentConfig]
     state = stores.stores
     try:
-        state.rubrics.get(experiment.rubric)  # known, valid and pinned before the experiment is recorded with it
+        rubric = state.rubrics.get(experiment.rubric)  # known, valid and pinned before the experiment is recorded
     except ValueError as err:  # unknown, an invalid file, or a changed one
         raise _refuse(f"rubric: {err}") from None
+    _check_kind(rubric, experiment)
     try:
         workload_of(experiment)  # registered in this code location, as the assets will need it
     except UnknownWorkloadError as err:
@@ -145,6 +153,7 @@ def fork_experiment(context: dg.OpExecutionContext, config: ForkExperimentConfig
         raise _refuse(_schema_problem(err)) from None
     except ValueError as err:
         raise _refuse(f"rubric: {err}") from None
+    _check_kind(rubric, fork)
     try:
         created = state.experiments.create_or_resume(fork, Runtime(), forked_from=parent)
     except ExperimentConflictError as err:
@@ -169,12 +178,13 @@ def rescore_experiment(context: dg.OpExecutionContext, config: RescoreExperiment
     experiment = _name(check_experiment_name, "experiment", config.experiment)
     state = stores.stores
     try:
-        state.experiments.get(experiment)
+        recorded = state.experiments.get(experiment)
         rubric = state.rubrics.get(_name(check_rubric_name, "rubric", config.rubric))
     except UnknownExperimentError as err:
         raise _refuse(f"experiment: {err}") from None
     except ValueError as err:
         raise _refuse(f"rubric: {err}") from None
+    _check_kind(rubric, recorded)
     new = state.scorings.request(experiment, rubric.name, requested_by=f"launchpad run {context.run_id}")
     status = "requested" if new else "already requested"
     context.log.info(f"re-scoring of {experiment} with {rubric.name} {status}")

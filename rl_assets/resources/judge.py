@@ -21,7 +21,8 @@ import time
 
 import dagster as dg
 
-from rl_assets.domain.models import Rubric, Trajectory, Verdict
+from rl_assets.domain.models import Trajectory, Verdict
+from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.stores.judge_rate import JudgeRateLimit
 from rl_assets.stores.verdicts import VerdictLedger, verdict_key
 from rl_assets.workloads.registry import REFERENCE
@@ -42,7 +43,7 @@ class JudgeResource(dg.ConfigurableResource):
         """The judge's name in verdict keys, rate limits and metadata."""
         return self.judge_id or judge.judge_id
 
-    def key(self, experiment: str, trajectory: Trajectory, rubric: Rubric, judge: Judge = REFERENCE.judge) -> str:
+    def key(self, experiment: str, trajectory: Trajectory, rubric: AnyRubric, judge: Judge = REFERENCE.judge) -> str:
         """Verdicts are scoped to their experiment, so each experiment's judge bill is its own."""
         return f"{experiment}:" + verdict_key(trajectory.content_hash, rubric.content_hash, self.identity(judge))
 
@@ -50,7 +51,7 @@ class JudgeResource(dg.ConfigurableResource):
         self,
         ledger: VerdictLedger,
         trajectory: Trajectory,
-        rubric: Rubric,
+        rubric: AnyRubric,
         experiment: str,
         latency_s: float,
         timeout_s: float,

@@ -1,11 +1,13 @@
-"""The rubric registry: built-in rubrics plus JSON files in the home's ``rubrics/`` folder.
+"""The rubric registry: built-in rubrics plus JSON (or TOML) files in the home's ``rubrics/`` folder.
 
 A rubric is identified by its content hash, and a name stands for one content
 forever: the first time a rubric is used its hash is pinned in Postgres, and a
 file that later reuses the name with other weights is refused (a changed
 rubric needs a new name, e.g. ``v3``), so results recorded under a name never
-silently change meaning. A file is ``<name>.json`` holding the rubric's
-fields; an invalid file is reported by name and never used.
+silently change meaning. A file is ``<name>.json`` (or ``<name>.toml``) holding
+the rubric's fields: the reference judge's weights, or an LLM judge's
+``template`` and ``scale`` (:class:`~rl_assets.domain.judge_rubric.JudgeRubric`);
+an invalid file is reported by name and never used.
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.judge_rubric import JudgeRubric
 from rl_assets.domain.models import Rubric
 from rl_assets.domain.names import InvalidNameError, check_rubric_name, shown
-from rl_assets.domain.rubrics import BUILTIN_RUBRICS, UnknownRubricError
+from rl_assets.domain.rubrics import BUILTIN_RUBRICS, AnyRubric, UnknownRubricError
 
 if TYPE_CHECKING:  # the registry is read before any service starts; the database driver (and Dagster) can wait
     from rl_assets.stores.database import Database
@@ -29,6 +33,8 @@ if TYPE_CHECKING:  # the registry is read before any service starts; the databas
 MAX_RUBRIC_FILE_BYTES = 64 * 1024
 """A rubric is four fields; a bigger file is not a rubric, and is not read."""
 _FIELDS = ", ".join(Rubric.model_fields)
+_JUDGE_FIELDS = ", ".join(f for f, i in JudgeRubric.model_fields.items() if i.is_required())
+SUFFIXES = (".json", ".toml")
 
 
 class RubricError(ValueError):
@@ -52,6 +58,11 @@ def _read_json(path: Path) -> object:
         raise RubricError(f"{path.name}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise RubricError(f"{path.name}: not readable as UTF-8 text ({type(err).__name__})") from None
+    if path.suffix == ".toml":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise RubricError(f"{path.name}: not TOML ({err})") from None
     try:
         return json.loads(text, parse_constant=_not_json_constant)  # the stdlib would accept NaN and Infinity
     except json.JSONDecodeError as err:  # its message is positional only ("Expecting value: line 1 column 2")
@@ -60,19 +71,25 @@ def _read_json(path: Path) -> object:
         raise RubricError(f"{path.name}: not JSON ({err})") from None
 
 
-def parse_rubric_file(path: Path) -> Rubric:
-    """The rubric in ``path``, or a :class:`RubricError` naming the file and the problem."""
+def parse_rubric_file(path: Path) -> AnyRubric:
+    """The rubric in ``path``, or a :class:`RubricError` naming the file and the problem.
+
+    A file with a ``template`` is an LLM judge's rubric; any other is the reference judge's weights.
+    """
     data = _read_json(path)
     if not isinstance(data, dict):
-        raise RubricError(f"{path.name}: must be a JSON object with the fields {_FIELDS}")
+        raise RubricError(
+            f"{path.name}: must be a JSON object with the fields {_FIELDS} (or, for an LLM judge, {_JUDGE_FIELDS})"
+        )
+    kind: type[Rubric] | type[JudgeRubric] = JudgeRubric if "template" in data else Rubric
     try:
-        rubric = Rubric.model_validate(data, strict=True)  # a weight must be a JSON number, not "1.5" or true
+        rubric = kind.model_validate(data, strict=True)  # a weight must be a JSON number, not "1.5" or true
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "rubric"
         raise RubricError(f"{path.name}: {field}: {first['msg'].removeprefix('Value error, ')}") from None
     if path.stem != rubric.name:
-        raise RubricError(f"{path.name}: the file must be named after its rubric ({rubric.name}.json)")
+        raise RubricError(f"{path.name}: the file must be named after its rubric ({rubric.name}{path.suffix})")
     return rubric
 
 
@@ -82,7 +99,16 @@ class RubricRegistry:
         self.db = db
 
     def _files(self) -> list[Path]:
-        return sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []
+        if not self.folder.is_dir():
+            return []
+        return sorted(p for suffix in SUFFIXES for p in self.folder.glob(f"*{suffix}"))
+
+    def _file(self, name: str) -> Path | None:
+        """The registry's file of rubric ``name`` (a name has one file: two are refused), or None."""
+        found = [self.folder / f"{name}{suffix}" for suffix in SUFFIXES if (self.folder / f"{name}{suffix}").exists()]
+        if len(found) > 1:
+            raise RubricError(f"{name}: both {found[0].name} and {found[1].name} exist; keep one")
+        return found[0] if found else None
 
     def problems(self) -> list[str]:
         """Why each unusable file in the folder is unusable."""
@@ -95,12 +121,12 @@ class RubricRegistry:
         return out
 
     @staticmethod
-    def _check_builtin_clash(rubric: Rubric) -> None:
+    def _check_builtin_clash(rubric: AnyRubric) -> None:
         builtin = BUILTIN_RUBRICS.get(rubric.name)
         if builtin is not None and builtin != rubric:
             raise RubricError(f"{rubric.name}.json: {rubric.name!r} is a built-in rubric with other weights")
 
-    def all(self) -> dict[str, Rubric]:
+    def all(self) -> dict[str, AnyRubric]:
         """Every usable rubric by name (built-ins first); unusable files are left out."""
         rubrics = dict(BUILTIN_RUBRICS)
         for path in self._files():
@@ -112,7 +138,7 @@ class RubricRegistry:
             rubrics.setdefault(rubric.name, rubric)
         return rubrics
 
-    def get(self, name: str) -> Rubric:
+    def get(self, name: str) -> AnyRubric:
         """The rubric called ``name``, pinned to its hash; a clear error if unknown, invalid or changed.
 
         Every rubric lookup (CLI, launchpad, run tags, the audit) comes here,
@@ -122,12 +148,12 @@ class RubricRegistry:
             check_rubric_name(name)
         except InvalidNameError as err:
             raise RubricError(f"rubric name {shown(name)}: {err}") from None
-        path = self.folder / f"{name}.json"
+        path = self._file(name)
         if name in BUILTIN_RUBRICS:
             rubric = BUILTIN_RUBRICS[name]
-            if path.exists():
+            if path is not None:
                 self._check_builtin_clash(parse_rubric_file(path))
-        elif path.exists():
+        elif path is not None:
             rubric = parse_rubric_file(path)
         else:
             known = ", ".join(sorted(self.all()))
@@ -135,22 +161,22 @@ class RubricRegistry:
         self._pin(rubric)
         return rubric
 
-    def check(self, source: Path) -> Rubric:
+    def check(self, source: Path) -> AnyRubric:
         """The rubric in ``source`` if it can be added (the file alone, and against the folder); nothing changes."""
         rubric = parse_rubric_file(source)
         self._check_builtin_clash(rubric)
-        target = self.folder / f"{rubric.name}.json"
-        if target.exists() and parse_rubric_file(target) != rubric:
+        target = self._file(rubric.name)
+        if target is not None and parse_rubric_file(target) != rubric:
             raise RubricError(f"{source.name}: a different rubric named {rubric.name!r} is already registered")
         return rubric
 
-    def add(self, source: Path) -> Rubric:
-        """Validate ``source`` and copy it into the registry; nothing changes if it is refused."""
+    def add(self, source: Path) -> AnyRubric:
+        """Validate ``source`` and write it into the registry as JSON; nothing changes if it is refused."""
         rubric = self.check(source)
         target = self.folder / f"{rubric.name}.json"
         self._pin(rubric)
         self.folder.mkdir(parents=True, exist_ok=True)
-        if not target.exists():  # what was validated is written, not whatever the source holds by now
+        if self._file(rubric.name) is None:  # what was validated is written, not whatever the source holds by now
             fd, partial = tempfile.mkstemp(dir=self.folder, prefix=f".{target.name}.", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(rubric.model_dump_json(indent=2) + "\n")
@@ -161,7 +187,7 @@ class RubricRegistry:
         """One hash of every usable rubric: what the ``rubrics`` source asset reports as its data version."""
         return content_hash({name: r.content_hash for name, r in self.all().items()})
 
-    def _pin(self, rubric: Rubric) -> None:
+    def _pin(self, rubric: AnyRubric) -> None:
         if self.db is None:
             return
         with self.db.transaction() as cur:

@@ -65,6 +65,22 @@ MATCHES = {
 }
 
 
+JUDGE_SCORES = {"create-file": 1.0, "edit-config": 0.5, "fix-python-function": 0.75, "hidden-test": 0.25}
+"""What the scripted judge answers for each task under any rubric but a ``STRICT`` one (which gives 0)."""
+STRICT_MARKER = "STRICT"
+
+
 def script(faults: dict[str, Any] | None = None, extra: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Answers that solve every example task, and a judge's scores for each."""
     tasks = [{"match": MATCHES[name], "turns": turns} for name, turns in SOLUTIONS.items()]
-    return {"policy_model": POLICY_MODEL, "tasks": [*extra, *tasks], "faults": faults or {}}
+    judge = [{"match": STRICT_MARKER, "answer": '{"score": 0, "reason": "strict"}'}] + [
+        {"match": MATCHES[name], "answer": f'{{"score": {score}, "reason": "scripted"}}'}
+        for name, score in JUDGE_SCORES.items()
+    ]
+    return {
+        "policy_model": POLICY_MODEL,
+        "judge_model": JUDGE_MODEL,
+        "tasks": [*extra, *tasks],
+        "judge": judge,
+        "faults": faults or {},
+    }

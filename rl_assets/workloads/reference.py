@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.bandit import apply_step
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Policy, Reward, Rubric, Trajectory, TrialSpec, Verdict
+from rl_assets.domain.models import Policy, Reward, Trajectory, TrialSpec, Verdict
+from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
 from rl_assets.workloads.seams import Attempt, Environment
@@ -44,7 +45,7 @@ class SimulatedJudge:
 
     judge_id: str = "simulated-v1"
 
-    def verdict(self, trajectory: Trajectory, rubric: Rubric) -> Verdict:
+    def verdict(self, trajectory: Trajectory, rubric: AnyRubric) -> Verdict:
         return simulated_judge(trajectory, rubric)
 
 

@@ -23,7 +23,8 @@ from typing import Protocol
 
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Policy, Reward, Rubric, Trajectory, TrialSpec, Verdict, VerifierOutcome
+from rl_assets.domain.models import Policy, Reward, Trajectory, TrialSpec, Verdict, VerifierOutcome
+from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.transcripts import Usage
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout, SandboxRequest
 from rl_assets.tasks.task import Task
@@ -178,7 +179,7 @@ class Judge(Protocol):
         """The judge's identity in verdict keys and rate limits."""
         ...
 
-    def verdict(self, trajectory: Trajectory, rubric: Rubric) -> Verdict:
+    def verdict(self, trajectory: Trajectory, rubric: AnyRubric) -> Verdict:
         """Judge ``trajectory`` under ``rubric`` (raise on any failure; the caller decides about retries)."""
         ...
 

@@ -20,9 +20,9 @@ import re
 from pydantic import BaseModel, ConfigDict
 
 from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.judge_rubric import DEFAULT_JUDGE_RUBRIC, JudgeRubric
 from rl_assets.domain.transcripts import Message, Transcript, Usage
 from rl_assets.workloads.harbor.client import ChatClient
-from rl_assets.workloads.harbor.judge_rubric import DEFAULT_JUDGE_RUBRIC, JudgeRubric
 from rl_assets.workloads.harbor.tools import cap
 
 REASON_CHARS = 500

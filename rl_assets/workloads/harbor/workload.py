@@ -10,12 +10,22 @@ cost-ledger hook as it arrives. The policy is whatever the server serves
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from rl_assets.domain.agent import Rollout
-from rl_assets.domain.models import Policy, Rubric, Trajectory, TrialSpec, Verdict
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.judge_rubric import JudgeRubric
+from rl_assets.domain.models import Policy, Trajectory, TrialSpec, Verdict
+from rl_assets.domain.rubrics import AnyRubric, kind_problem
+from rl_assets.domain.transcripts import Usage
+from rl_assets.tasks.snapshot import snapshot_task
+from rl_assets.tasks.task import Task
 from rl_assets.workloads.harbor.agent import AgentLimits, ChatAgent
-from rl_assets.workloads.harbor.client import ChatClient, ChatEndpoint
+from rl_assets.workloads.harbor.client import JUDGE_KEY_ENV, ChatClient, ChatEndpoint
+from rl_assets.workloads.harbor.judge import LLMJudge
 from rl_assets.workloads.seams import Attempt, Environment
 
 
@@ -52,10 +62,56 @@ class TaskAgent:
 
 
 @dataclass(frozen=True)
+class TaskJudge:
+    """The LLM judge of a task trial: one chat completion under a judge rubric, billed to the cost ledger.
+
+    Its ``judge_id`` is the model's (the rubric is keyed beside it in every
+    verdict key), so a verdict is reused exactly when model, rubric and trajectory match.
+    """
+
+    endpoint: ChatEndpoint
+    task_of: Callable[[str], Task]
+    """A task world's task (its instruction is what the judge is told the agent was asked)."""
+    on_model_call: Callable[[str, Usage], None]
+
+    @property
+    def judge_id(self) -> str:
+        return "llm-" + content_hash({"model": self.endpoint.model})
+
+    def verdict(self, trajectory: Trajectory, rubric: AnyRubric) -> Verdict:
+        if not isinstance(rubric, JudgeRubric):
+            raise TypeError(kind_problem(rubric, llm_judge=True))
+        if trajectory.transcript is None or trajectory.verifier is None:
+            raise ValueError(f"{trajectory.trial_id} is not a task trial; the LLM judge has nothing to read")
+        task = self.task_of(trajectory.world_id)
+        on_answer = lambda a: self.on_model_call(self.endpoint.model, a.turn.usage)  # noqa: E731
+        with ChatClient(self.endpoint, on_answer=on_answer) as client:
+            judged = LLMJudge(client, rubric).score(
+                task.instruction, trajectory.transcript, trajectory.verifier.reward, trajectory.verifier.output
+            )
+        return Verdict(
+            trajectory_hash=trajectory.content_hash,
+            rubric_name=rubric.name,
+            rubric_hash=rubric.content_hash,
+            score=judged.score,
+            reason=judged.reason,
+            usage=judged.usage,
+        )
+
+
+def task_judge(config: ExperimentConfig, tasks_root: Path, on_model_call: Callable[[str, Usage], None]) -> TaskJudge:
+    """The LLM judge an experiment names (``--judge-url``, ``--judge-model``; its key from the environment)."""
+    if config.judge_url is None or config.judge_model is None:
+        raise ValueError(f"experiment {config.name} names no judge server")
+    endpoint = ChatEndpoint(base_url=config.judge_url, model=config.judge_model, api_key_env=JUDGE_KEY_ENV)
+    return TaskJudge(endpoint, lambda world_id: snapshot_task(tasks_root, world_id), on_model_call)
+
+
+@dataclass(frozen=True)
 class VerifierOnlyJudge:
     """``--judge none``: never called; the rewards asset takes the verifier's reward as the reward."""
 
     judge_id: str = "none"
 
-    def verdict(self, trajectory: Trajectory, rubric: Rubric) -> Verdict:
+    def verdict(self, trajectory: Trajectory, rubric: AnyRubric) -> Verdict:
         raise RuntimeError("a task experiment with --judge none is rewarded by its verifier alone, never judged")
