@@ -242,10 +242,30 @@ def _execute_launch(instance: Any, launch: Any, home: Home, launcher: Any) -> tu
     return wall, run.run_id
 
 
+def ensure_partitions(instance: Any, config: Any) -> None:
+    """Add the experiment's dynamic partitions, as the driver does before it launches anything."""
+    from rl_assets.assets.partitions import partitions_to_add
+
+    for name, keys in partitions_to_add(config, config.steps).items():
+        missing = [k for k in keys if not instance.has_dynamic_partition(name, k)]
+        if missing:
+            instance.add_dynamic_partitions(name, missing)
+
+
+def build_worlds(instance: Any, stores: Any, home: Home, config: Any, launcher: Any) -> int:
+    """Run the experiment's world jobs the planner asks for; how many there were."""
+    from rl_assets.driver.planner import plan
+
+    launches = [la for la in plan(instance, stores, config).launches if la.job == "world_job"]
+    for launch in launches:
+        log(f"world_job {launch.partition_key}")
+        _execute_launch(instance, launch, home, launcher)
+    return len(launches)
+
+
 def bench_trials(home: Home, trials: int, experiment: str) -> dict[str, Any]:
     from dagster import DagsterInstance
 
-    from rl_assets.assets.partitions import partitions_to_add
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import Runtime
     from rl_assets.driver.planner import plan
@@ -271,18 +291,10 @@ def bench_trials(home: Home, trials: int, experiment: str) -> dict[str, Any]:
 
     launcher = WorkerLauncher()  # one per driver; its forkserver warms up on the first run
     with DagsterInstance.get() as instance:
-        for name, keys in partitions_to_add(config, config.steps).items():
-            missing = [k for k in keys if not instance.has_dynamic_partition(name, k)]
-            if missing:
-                instance.add_dynamic_partitions(name, missing)
-        p = plan(instance, stores, config)
-        world_launches = [la for la in p.launches if la.job == "world_job"]
-        for launch in world_launches:
-            log(f"world_job {launch.partition_key}")
-            wall, _ = _execute_launch(instance, launch, home, launcher)
-            result["world_run_s"] = wall
-        if not world_launches:
-            result["world_run_s"] = None  # the world was already built in this home
+        ensure_partitions(instance, config)
+        started = time.perf_counter()
+        built = build_worlds(instance, stores, home, config, launcher)
+        result["world_run_s"] = time.perf_counter() - started if built else None  # None: built before in this home
         p = plan(instance, stores, config)
         launches = [la for la in p.launches if la.job == "trial_job"]
         if len(launches) != trials + 1:
@@ -474,7 +486,6 @@ class _SizedWorld:
 def bench_world_sizes(home: Home, trials: int, experiment: str, small_mib: int, big_mib: int) -> dict[str, Any]:
     from dagster import DagsterInstance
 
-    from rl_assets.assets.partitions import partitions_to_add
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import Runtime
     from rl_assets.driver.planner import plan
@@ -501,12 +512,8 @@ def bench_world_sizes(home: Home, trials: int, experiment: str, small_mib: int, 
             log(f"writing a {mib} MiB padding tree")
             _write_pad(scratch / key, mib * MIB)
         with DagsterInstance.get() as instance:
-            for name, keys in partitions_to_add(config, config.steps).items():
-                missing = [k for k in keys if not instance.has_dynamic_partition(name, k)]
-                if missing:
-                    instance.add_dynamic_partitions(name, missing)
-            for launch in [la for la in plan(instance, stores, config).launches if la.job == "world_job"]:
-                _execute_launch(instance, launch, home, launcher)
+            ensure_partitions(instance, config)
+            build_worlds(instance, stores, home, config, launcher)
             result["fork_kind"] = WorldStoreResource(home=str(home.root)).fork_kind()
             launches = [la for la in plan(instance, stores, config).launches if la.job == "trial_job"]
             if len(launches) != 2 * trials + 2:

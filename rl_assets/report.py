@@ -53,6 +53,25 @@ def evidence(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
         ],
         "driver_attempts": result["counts"]["driver_attempts"],
         "learning": result,
+        **({"cost": _cost(stores, config, result)} if "cost" in result else {}),
+    }
+
+
+def _cost(stores: Stores, config: ExperimentConfig, result: dict[str, Any]) -> dict[str, Any]:
+    """A task experiment's bill: calls and tokens per role and model, what they cost, and what faults wasted."""
+    return {
+        **result["cost"],
+        "models": [
+            {
+                "role": u.role,
+                "model": u.model,
+                "calls": u.calls,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+            }
+            for u in stores.model_calls.usage(config.name)
+        ],  # fmt: skip
+        "wasted_policy_calls": stores.model_calls.wasted_calls(config.name),
     }
 
 
@@ -75,7 +94,23 @@ def format_report(report: dict[str, Any]) -> str:
             f"  repaired      {r['kind']} {r['unit']}: {r['detail']}" + ("" if r["repaired"] else " (repair pending)")
             for r in report["repairs"]
         ),
+        *_cost_lines(report.get("cost")),
         "",
         format_table(report["learning"]),
     ]
     return "\n".join(lines)
+
+
+def _cost_lines(cost: dict[str, Any] | None) -> list[str]:
+    if cost is None:
+        return []
+    unpriced = f" (no price for {', '.join(cost['unpriced_models'])})" if cost["unpriced_models"] else ""
+    return [
+        *(
+            f"  {m['role']:<6} calls {m['calls']} to {m['model']}: {m['prompt_tokens']} prompt + "
+            f"{m['completion_tokens']} completion tokens"
+            for m in cost["models"]
+        ),
+        f"  cost          ${cost['usd']:.4f}{unpriced}; policy calls of attempts that produced nothing: "
+        f"{cost['wasted_policy_calls']}",
+    ]

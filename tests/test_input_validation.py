@@ -207,7 +207,7 @@ _BAD_START = [
     ({"rubric": "lpinf"}, "rubric: lpinf.json: not JSON (Infinity is not a JSON number)"),
     ({"name": "a/b"}, "name: must be 1 to 40 lowercase letters"),
     ({"workload": "../x"}, "workload: must be 1 to 40 lowercase letters"),
-    ({"workload": "nosuch"}, "workload: no workload named 'nosuch' (registered: reference)"),
+    ({"workload": "nosuch"}, "workload: no workload named 'nosuch' (registered: reference, tasks)"),
 ]
 
 

@@ -49,25 +49,18 @@ def test_every_example_task_is_solved_and_every_call_is_billed_once(home, tmp_pa
 
 
 def test_sandbox_faults_and_a_flaky_server_change_nothing_but_the_retries(home, stores, tmp_path):
+    judged = ("--judge-url", "{url}", "--judge-model", JUDGE_MODEL, "--trial-timeout", "10")
     (tmp_path / "clean").mkdir()
     with ServedModel(script(), tmp_path / "clean") as server:
-        clean = _train(home, "tasks-calm", server, "--trial-timeout", "10")
+        clean = _train(home, "tasks-calm", server, *(a.format(url=server.base_url) for a in judged))
     faults = {"server_errors": 1, "rate_limited": 1, "retry_after_s": 0.05}
     (tmp_path / "chaos").mkdir()
     with ServedModel(script(faults), tmp_path / "chaos") as server:
-        chaos = _train(
-            home,
-            "tasks-chaos",
-            server,
-            "--flaky-trial-rate",
-            "0.3",
-            "--hang-trial-rate",
-            "0.2",
-            "--trial-timeout",
-            "20",
-        )
+        flags = ("--flaky-trial-rate", "0.3", "--hang-trial-rate", "0.2", "--judge-flake-rate", "0.3")
+        chaos = _train(home, "tasks-chaos", server, *flags, *(a.format(url=server.base_url) for a in judged))
         stats = server.stats()
     assert chaos["counts"]["generate_failures"] > 0, "the sandbox faults hit some first attempts"
+    assert chaos["counts"]["judge_attempts"] > len(chaos["trials"]), "the judge faults hit some first attempts"
     assert stats["faults"]["rate_limited"] > 0 and stats["faults"]["server_errors"] > 0
     rewards = lambda result: {t["trial_id"]: (t["reward"], t["turns"]) for t in result["trials"]}  # noqa: E731
     assert rewards(chaos) == rewards(clean)
@@ -79,9 +72,11 @@ def test_sandbox_faults_and_a_flaky_server_change_nothing_but_the_retries(home, 
         assert calm.content_hash == stormy.content_hash, t["trial_id"]
     # Every answered request is billed once, the hung attempts' answered calls included; refused ones never.
     assert chaos["counts"]["policy_calls"] == stats["answered"][POLICY_MODEL]
+    # The judge answered once per trajectory, whatever failed around it.
+    assert stats["answered"][JUDGE_MODEL] == chaos["counts"]["judge_calls"] == len(chaos["trials"])
 
 
-STRICT_RUBRIC = f"""name = "strict"
+STRICT_RUBRIC = f"""name = "strict-judge"
 scale = "{STRICT_MARKER}: 1 only for work a reviewer would merge as is"
 template = '''
 Task: $instruction
@@ -96,13 +91,16 @@ def test_an_llm_judge_is_paid_once_per_trajectory_and_rescoring_calls_no_policy(
     with ServedModel(script(), tmp_path) as server:
         judged = _train(home, "tasks-judged", server, "--judge-url", server.base_url, "--judge-model", JUDGE_MODEL)
         after_training = server.stats()["answered"]
-        rubric = tmp_path / "strict.toml"
+        rubric = tmp_path / "strict-judge.toml"
         rubric.write_text(STRICT_RUBRIC)
         run_cli(home, "rubrics", "--add", str(rubric))
         rescored = json.loads(
-            run_cli(home, "rescore", "--experiment", "tasks-judged", "--rubric", "strict", "--json").stdout
+            run_cli(home, "rescore", "--experiment", "tasks-judged", "--rubric", "strict-judge", "--json").stdout
         )
         after_rescoring = server.stats()["answered"]
+        fork = ("fork", "--from", "tasks-judged", "--experiment", "tasks-fork", "--rubric", "strict-judge")
+        forked = json.loads(run_cli(home, *fork, "--json").stdout)
+        after_forking = server.stats()["answered"]
     assert judged["rubric"] == "task-done"
     trials = judged["trials"]
     assert all(t["judge_score"] == JUDGE_SCORES[t["task"]] for t in trials)
@@ -115,6 +113,10 @@ def test_an_llm_judge_is_paid_once_per_trajectory_and_rescoring_calls_no_policy(
     assert after_rescoring[JUDGE_MODEL] == after_training[JUDGE_MODEL] + len(trials)
     assert {t["judge_score"] for t in rescored["trials"]} == {0.0}
     assert [t["trial_id"] for t in rescored["trials"]] == [t["trial_id"] for t in trials]
+    # A fork reuses every rollout (no policy call) and pays its own verdicts (verdicts are per experiment).
+    assert after_forking[POLICY_MODEL] == after_training[POLICY_MODEL]
+    assert after_forking[JUDGE_MODEL] == after_rescoring[JUDGE_MODEL] + len(trials)
+    assert forked["counts"]["generate_attempts"] == 0 and {t["judge_score"] for t in forked["trials"]} == {0.0}
 
 
 def test_a_weights_rubric_cannot_judge_a_task_experiment(home, tmp_path):

@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Rubric, Trajectory, Verdict
+from rl_assets.domain.models import Trajectory, Verdict
+from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.faults import FaultyEnvironment
 from rl_assets.resources.judge import JudgeResource
@@ -67,7 +68,7 @@ def test_the_check_catches_a_drifted_signature():
     assert _nonconformities(Drifted, Judge) == [
         "Drifted has no judge_id",
         "Drifted.verdict(self, trajectory: 'Trajectory') -> 'Verdict' is not "
-        "verdict(self, trajectory: 'Trajectory', rubric: 'Rubric') -> 'Verdict'",
+        "verdict(self, trajectory: 'Trajectory', rubric: 'AnyRubric') -> 'Verdict'",
     ]
 
 
@@ -88,7 +89,7 @@ class CorrectnessJudge:
 
     judge_id = "correctness-only-v1"
 
-    def verdict(self, trajectory: Trajectory, rubric: Rubric) -> Verdict:
+    def verdict(self, trajectory: Trajectory, rubric: AnyRubric) -> Verdict:
         only_correctness = rubric.model_copy(update={"efficiency_weight": 0.0, "tidiness_weight": 0.0})
         reference = simulated_judge(trajectory, only_correctness)
         return reference.model_copy(update={"rubric_hash": rubric.content_hash})

@@ -79,6 +79,7 @@ def trajectories(
             "fork": fork_kind,
             "network_isolated": world_store.network_isolated(),
             "attempt": attempt,
+            **_task_metadata(trajectory),
         },
         data_version=dg.DataVersion(trajectory.content_hash),
     )
@@ -163,3 +164,19 @@ def _generate(
         verifier=rollout.verifier,
     )
     return trajectory, fork_kind
+
+
+def _task_metadata(trajectory: Trajectory) -> dict[str, object]:
+    """A task trial's model calls, their tokens, how the agent stopped, and what the verifier gave."""
+    transcript, verifier = trajectory.transcript, trajectory.verifier
+    if transcript is None or verifier is None:
+        return {}
+    return {
+        "policy_model": transcript.model,
+        "policy_calls": transcript.policy_calls,
+        "prompt_tokens": transcript.usage.prompt_tokens,
+        "completion_tokens": transcript.usage.completion_tokens,
+        "ended": transcript.ended,
+        "token_ids": transcript.has_token_ids,
+        "verifier_reward": verifier.reward,
+    }

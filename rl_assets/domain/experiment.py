@@ -8,7 +8,7 @@ rubric) is derived from it, so no process has to remember anything.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.fields import FieldInfo
@@ -40,6 +40,12 @@ TASKS_WORKLOAD = "tasks"
 """The workload of Harbor task sets: a tool-using agent over an OpenAI-compatible API, the task's verifier."""
 JudgeKind = Literal["none", "llm"]
 TrainerKind = Literal["none"]
+
+
+def _task_field(description: str, **extra: object) -> Any:
+    """A field only task experiments set: absent (None) otherwise, and then left out of the config's JSON,
+    so a reference config dumps (and hashes) as it did before task experiments existed."""
+    return Field(None, exclude_if=lambda v: v is None, description=description, **extra)
 
 
 def is_derived(field: FieldInfo) -> bool:
@@ -92,49 +98,28 @@ class ExperimentConfig(BaseModel):
             "'mask-group' drops every trial of its prompt group."
         ),
     )
-    tasks: str | None = Field(
-        None,
-        exclude_if=lambda v: v is None,
-        description=(
-            "A Harbor task set: a directory of task directories (or one task). Each step samples every task "
-            "--samples times (trial s<step>-<task>-n<k>); --worlds and --prompts do not apply. "
-            "Implies --workload tasks."
-        ),
+    tasks: str | None = _task_field(
+        "A Harbor task set: a directory of task directories (or one task). Each step samples every task "
+        "--samples times (trial s<step>-<task>-n<k>); --worlds and --prompts do not apply. Implies --workload tasks."
     )
-    task_worlds: dict[TaskName, str] | None = Field(
-        None,
-        exclude_if=lambda v: v is None,
+    task_worlds: dict[TaskName, str] | None = _task_field(
+        "Derived from --tasks when the experiment is recorded: each task's name and its sealed world.",
         json_schema_extra={"derived": True},
-        description="Derived from --tasks when the experiment is recorded: each task's name and its sealed world.",
     )
-    policy_url: str | None = Field(
-        None,
-        exclude_if=lambda v: v is None,
-        description="Base URL (ending in /v1) of the OpenAI-compatible server the agent's model answers from.",
+    policy_url: str | None = _task_field(
+        "Base URL (ending in /v1) of the OpenAI-compatible server the agent's model answers from."
     )
-    policy_model: str | None = Field(
-        None, exclude_if=lambda v: v is None, description="The model name the agent asks that server for."
+    policy_model: str | None = _task_field("The model name the agent asks that server for.")
+    judge: JudgeKind | None = _task_field(
+        "Task experiments: 'llm' adds an LLM judge's score to the verifier's reward (the default with "
+        "--judge-url); 'none' trains on the verifier alone (the default without)."
     )
-    judge: JudgeKind | None = Field(
-        None,
-        exclude_if=lambda v: v is None,
-        description=(
-            "Task experiments: 'llm' adds an LLM judge's score to the verifier's reward (the default with "
-            "--judge-url); 'none' trains on the verifier alone (the default without)."
-        ),
+    judge_url: str | None = _task_field(
+        "Base URL (ending in /v1) of the OpenAI-compatible server the LLM judge answers from."
     )
-    judge_url: str | None = Field(
-        None,
-        exclude_if=lambda v: v is None,
-        description="Base URL (ending in /v1) of the OpenAI-compatible server the LLM judge answers from.",
-    )
-    judge_model: str | None = Field(
-        None, exclude_if=lambda v: v is None, description="The model name the LLM judge asks that server for."
-    )
-    trainer: TrainerKind | None = Field(
-        None,
-        exclude_if=lambda v: v is None,
-        description="'none' keeps the policy fixed: each step is an evaluation pass (the default for tasks).",
+    judge_model: str | None = _task_field("The model name the LLM judge asks that server for.")
+    trainer: TrainerKind | None = _task_field(
+        "'none' keeps the policy fixed: each step is an evaluation pass (the default for tasks)."
     )
     workload: WorkloadName = Field(
         "reference",

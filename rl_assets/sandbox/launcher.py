@@ -185,6 +185,18 @@ def write_maps(pid: int, sandbox_host_uid: int | None) -> None:
     Path(f"/proc/{pid}/gid_map").write_text(f"0 {os.getegid()} 1\n")
 
 
+def bwrap_argv(hostname: str, seccomp_fd: int, setenv: dict[str, str] | None = None) -> list[str]:
+    """Bubblewrap's boundary, the same for every sandbox: new namespaces of every kind (no network), uid and
+    gid 1000, no capability, a new session, dead with its parent, a clean environment, the seccomp filter on
+    ``seccomp_fd``, a fresh ``/proc`` and a minimal ``/dev``. Callers append their mounts and command."""
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns"]
+    argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", hostname, "--cap-drop", "ALL"]
+    argv += ["--new-session", "--die-with-parent", "--clearenv"]
+    for name, value in (setenv or {}).items():
+        argv += ["--setenv", name, value]
+    return [*argv, "--seccomp", str(seccomp_fd), "--proc", "/proc", "--dev", "/dev"]
+
+
 def run_sandbox(
     request: SandboxRequest, timeout_s: float, program: AgentProgram = REFERENCE_AGENT, limits: Limits = DEFAULT_LIMITS
 ) -> Rollout:
@@ -259,32 +271,7 @@ class _Attempt:
             "fds": {"requests": req_w, "replies": rep_r, "output": out_w, "seccomp": sec},
             "rlimits": self.limits.rlimits(self.timeout_s),
             "task": task,
-            "bwrap": [
-                "bwrap",
-                "--unshare-all",
-                "--unshare-user",
-                "--disable-userns",
-                "--uid",
-                str(SANDBOX_UID),
-                "--gid",
-                str(SANDBOX_UID),
-                "--hostname",
-                "rollout",
-                "--cap-drop",
-                "ALL",
-                "--new-session",
-                "--die-with-parent",
-                "--clearenv",
-                "--setenv",
-                "PATH",
-                "/usr/bin",
-                "--seccomp",
-                "5",
-                "--proc",
-                "/proc",
-                "--dev",
-                "/dev",
-            ],  # fmt: skip
+            "bwrap": bwrap_argv("rollout", seccomp_fd=5, setenv={"PATH": "/usr/bin"}),
             "command": [interpreter, "-S", "-E", "-s", "-B", f"/app/{self.program.entry}"],
         }
         self.cgroup = AttemptCgroup(self.limits) if root else None

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 
 from rl_assets.sandbox import keeper, seccomp, task_keeper
-from rl_assets.sandbox.launcher import DEFAULT_LIMITS, SANDBOX_UID, die_with_parent, isolation, write_maps
+from rl_assets.sandbox.launcher import DEFAULT_LIMITS, SANDBOX_UID, bwrap_argv, die_with_parent, isolation, write_maps
 from rl_assets.sandbox.limits import AttemptCgroup, Limits
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout
 
@@ -134,29 +134,7 @@ class TaskShell:
             "symlinks": symlinks,
             "seccomp_fd": sec,
             "workdir": self.workdir,
-            "bwrap": [
-                "bwrap",
-                "--unshare-all",
-                "--unshare-user",
-                "--disable-userns",
-                "--uid",
-                str(SANDBOX_UID),
-                "--gid",
-                str(SANDBOX_UID),
-                "--hostname",
-                "task",
-                "--cap-drop",
-                "ALL",
-                "--new-session",
-                "--die-with-parent",
-                "--clearenv",
-                "--seccomp",
-                str(task_keeper.SECCOMP_FD),
-                "--proc",
-                "/proc",
-                "--dev",
-                "/dev",
-            ],  # fmt: skip
+            "bwrap": bwrap_argv("task", seccomp_fd=task_keeper.SECCOMP_FD),
         }
         self.cgroup = AttemptCgroup(self.limits) if self.host_uid is not None else None
         try:

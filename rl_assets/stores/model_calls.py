@@ -67,3 +67,14 @@ class ModelCallLedger:
         """Answered requests of ``role`` in the experiment."""
         sql = "SELECT count(*) FROM rl_model_calls WHERE experiment = %s AND role = %s"
         return int(self.db.scalar(sql, (experiment, role)))
+
+    def wasted_calls(self, experiment: str, role: Role = "policy") -> int:
+        """Answered calls of attempts that produced nothing: failed, or cut off by a crash and never finished.
+
+        What faults cost: a rerun after a crash repeats only these, never a call of a finished attempt.
+        """
+        sql = (
+            "SELECT count(*) FROM rl_model_calls c JOIN rl_generation_attempts a ON a.id = c.attempt_id "
+            "WHERE c.experiment = %s AND c.role = %s AND a.outcome <> 'ok'"
+        )
+        return int(self.db.scalar(sql, (experiment, role)))
