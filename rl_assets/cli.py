@@ -269,10 +269,11 @@ def _with_task_set(home: Home, config: ExperimentConfig) -> ExperimentConfig:
     """A task experiment's config with its task set validated and recorded into the home (snapshots)."""
     if config.tasks is None:
         return config
+    from rl_assets.settings import settings
     from rl_assets.tasks.snapshot import TaskSetError, with_recorded_task_set
 
     try:
-        return with_recorded_task_set(config, home.tasks)
+        return with_recorded_task_set(config, home.tasks, on_kubernetes=settings().env == "kubernetes")
     except TaskSetError as err:
         raise UsageError(f"--tasks: {err}") from None
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import dagster as dg
+
 from rl_assets.testing.example_solutions import (
     JUDGE_MODEL,
     JUDGE_SCORES,
@@ -31,7 +33,7 @@ def _train(home: Path, name: str, server: ServedModel, *extra: str, steps: int =
     )
 
 
-def test_every_example_task_is_solved_and_every_call_is_billed_once(home, tmp_path):
+def test_every_example_task_is_solved_and_every_call_is_billed_once(home, instance, tmp_path):
     with ServedModel(script(), tmp_path) as server:
         result = _train(home, "tasks-clean", server)
         answered = server.stats()["answered"]
@@ -46,18 +48,24 @@ def test_every_example_task_is_solved_and_every_call_is_billed_once(home, tmp_pa
     assert cost["policy_completion_tokens"] == sum(t["policy_completion_tokens"] for t in trials) > 0
     assert cost["unpriced_models"] == [POLICY_MODEL] and cost["usd"] == 0.0
     assert [s["mean_reward"] for s in result["steps"]] == [1.0, 1.0]
+    # Each step's bill is on its weights materialization, for the UI's plots.
+    record = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("weights"), asset_partitions=["tasks-clean/s1"]), limit=1
+    ).records[0]
+    metadata = record.asset_materialization.metadata
+    assert metadata["policy_calls"].value == sum(t["turns"] for t in trials if t["step"] == 1)
 
 
 def test_sandbox_faults_and_a_flaky_server_change_nothing_but_the_retries(home, stores, tmp_path):
     judged = ("--judge-url", "{url}", "--judge-model", JUDGE_MODEL, "--trial-timeout", "10")
     (tmp_path / "clean").mkdir()
     with ServedModel(script(), tmp_path / "clean") as server:
-        clean = _train(home, "tasks-calm", server, *(a.format(url=server.base_url) for a in judged))
+        clean = _train(home, "tasks-calm", server, *(a.format(url=server.base_url) for a in judged), steps=1)
     faults = {"server_errors": 1, "rate_limited": 1, "retry_after_s": 0.05}
     (tmp_path / "chaos").mkdir()
     with ServedModel(script(faults), tmp_path / "chaos") as server:
         flags = ("--flaky-trial-rate", "0.3", "--hang-trial-rate", "0.2", "--judge-flake-rate", "0.3")
-        chaos = _train(home, "tasks-chaos", server, *flags, *(a.format(url=server.base_url) for a in judged))
+        chaos = _train(home, "tasks-chaos", server, *flags, *(a.format(url=server.base_url) for a in judged), steps=1)
         stats = server.stats()
     assert chaos["counts"]["generate_failures"] > 0, "the sandbox faults hit some first attempts"
     assert chaos["counts"]["judge_attempts"] > len(chaos["trials"]), "the judge faults hit some first attempts"
@@ -89,7 +97,8 @@ Grade it $scale. Answer {{"score": <0 to 1>}}.
 
 def test_an_llm_judge_is_paid_once_per_trajectory_and_rescoring_calls_no_policy(home, tmp_path):
     with ServedModel(script(), tmp_path) as server:
-        judged = _train(home, "tasks-judged", server, "--judge-url", server.base_url, "--judge-model", JUDGE_MODEL)
+        judge = ("--judge-url", server.base_url, "--judge-model", JUDGE_MODEL)
+        judged = _train(home, "tasks-judged", server, *judge, steps=1)
         after_training = server.stats()["answered"]
         rubric = tmp_path / "strict-judge.toml"
         rubric.write_text(STRICT_RUBRIC)

@@ -86,6 +86,11 @@ def _train_step(
     if mean_reward is not None:  # plain floats: Dagster plots them across partitions, and JSON carries them
         metadata["mean_reward"] = mean_reward
         metadata["mean_turns"] = mean_turns
+    for usage in state.model_calls.usage(config.name, step):  # a task experiment's bill for this step
+        metadata[f"{usage.role}_calls"] = metadata.get(f"{usage.role}_calls", 0) + usage.calls
+        metadata[f"{usage.role}_tokens"] = (
+            metadata.get(f"{usage.role}_tokens", 0) + usage.prompt_tokens + usage.completion_tokens
+        )
     return metadata
 
 

@@ -23,6 +23,7 @@ from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.home import Home
 from rl_assets.resources.stores import StoresResource
+from rl_assets.settings import settings
 from rl_assets.stores.experiments import ExperimentConflictError, UnknownExperimentError
 from rl_assets.tasks.snapshot import TaskSetError, with_recorded_task_set
 from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
@@ -115,7 +116,8 @@ def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConf
     except UnknownWorkloadError as err:
         raise _refuse(f"workload: {err}") from None
     try:
-        experiment = with_recorded_task_set(experiment, Home(state.home).tasks)
+        on_kubernetes = settings().env == "kubernetes"
+        experiment = with_recorded_task_set(experiment, Home(state.home).tasks, on_kubernetes=on_kubernetes)
     except TaskSetError as err:
         raise _refuse(f"tasks: {err}") from None
     runtime = Runtime(faults=built[FaultConfig], execution=built[ExecutionSettings])

@@ -42,15 +42,13 @@ from rl_assets.sandbox.launcher import SandboxTimeout, rollout_from_output
 from rl_assets.sandbox.protocol import ForkLayout
 from rl_assets.stores.database import Database
 from rl_assets.stores.world_seals import WorldSeals
+from rl_assets.tasks.locality import KUBERNETES_NOT_YET
 from rl_assets.tasks.task import Task
 from rl_assets.workloads.seams import TaskSession
 from rl_assets.worlds import tree_hash
 
 POD_START_ALLOWANCE_S = 120.0
-TASKS_LOCAL_ONLY = (
-    "Harbor task experiments run on the local sandbox for now: on Kubernetes a task needs its image "
-    "(a pod per trial on the task's docker_image), which this store does not build yet"
-)
+
 """How much longer than the rollout's own timeout the step waits for its pod (scheduling, image pull)."""
 
 
@@ -158,12 +156,12 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         return rollout_from_output(outcome.exit_code, outcome.log, outcome.log)
 
     def task(self, world_id: str) -> Task:
-        raise NotImplementedError(TASKS_LOCAL_ONLY)
+        raise NotImplementedError(KUBERNETES_NOT_YET)
 
     def task_session(
         self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
     ) -> AbstractContextManager[TaskSession]:
-        raise NotImplementedError(TASKS_LOCAL_ONLY)
+        raise NotImplementedError(KUBERNETES_NOT_YET)
 
 
 @contextmanager

@@ -53,13 +53,15 @@ class ModelCallLedger:
                 (experiment, trial_id, role, model, attempt_id, prompt_tokens, completion_tokens),
             )
 
-    def usage(self, experiment: str) -> list[ModelUsage]:
-        """The experiment's answered requests and tokens per (role, model), sorted."""
+    def usage(self, experiment: str, step: int | None = None) -> list[ModelUsage]:
+        """The experiment's (or one step's) answered requests and tokens per (role, model), sorted."""
+        trials = "%" if step is None else f"s{step}-%"  # trial ids are s<step>-...
         with self.db.transaction() as cur:
             cur.execute(
                 "SELECT role, model, count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0) "
-                "FROM rl_model_calls WHERE experiment = %s GROUP BY role, model ORDER BY role, model",
-                (experiment,),
+                "FROM rl_model_calls WHERE experiment = %s AND trial_id LIKE %s GROUP BY role, model "
+                "ORDER BY role, model",
+                (experiment, trials),
             )
             return [ModelUsage(r[0], r[1], int(r[2]), int(r[3]), int(r[4])) for r in cur.fetchall()]
 

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 
 from rl_assets.tasks.task import COMPOSE_FILES, Task
 
+KUBERNETES_NOT_YET = (
+    "Harbor task experiments run on the local sandbox for now: on Kubernetes a task needs its image "
+    "(a pod per trial on the task's docker_image), which the Kubernetes world store does not build yet"
+)
+
 
 @dataclass(frozen=True)
 class LocalFit:

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import tree_hash
 from rl_assets.domain.names import InvalidNameError, check_task_name
-from rl_assets.tasks.locality import local_fit
+from rl_assets.tasks.locality import KUBERNETES_NOT_YET, local_fit
 from rl_assets.tasks.task import InvalidTaskError, Task, load_task, task_dirs
 
 TASK_WORLD_PREFIX = "task-"
@@ -105,10 +105,12 @@ def _writable_then_retry(func, path, _exc) -> None:
     func(path)
 
 
-def with_recorded_task_set(config: ExperimentConfig, snapshots: Path) -> ExperimentConfig:
+def with_recorded_task_set(config: ExperimentConfig, snapshots: Path, on_kubernetes: bool = False) -> ExperimentConfig:
     """``config`` with its task set recorded (an absolute source path and each task's world); others unchanged."""
     if config.tasks is None:
         return config
+    if on_kubernetes:
+        raise TaskSetError(KUBERNETES_NOT_YET)
     source = Path(config.tasks).expanduser().resolve()
     worlds = record_task_set(source, snapshots)
     try:
