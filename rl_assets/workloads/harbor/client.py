@@ -20,7 +20,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import openai
 from pydantic import BaseModel, ConfigDict, Field
 
 from rl_assets.domain.transcripts import Message, ModelTurn, ToolCall, Usage
@@ -75,6 +74,8 @@ class ChatClient:
         """``on_answer`` sees every answered call as it arrives (the cost ledger records it there and then)."""
         self.endpoint = endpoint
         self._on_answer = on_answer
+        import openai  # here, not at module import: every process that loads the definitions would pay ~0.4 s
+
         self._client = openai.OpenAI(
             base_url=endpoint.base_url,
             api_key=os.environ.get(endpoint.api_key_env) or PLACEHOLDER_KEY,
@@ -108,6 +109,8 @@ class ChatClient:
             params["extra_body"] = {"return_token_ids": True}
         timeout = e.timeout_s if timeout_s is None else min(e.timeout_s, timeout_s)
         where = f"model {e.model!r} at {e.base_url}"
+        import openai
+
         try:
             completion = self._client.chat.completions.create(**params, timeout=timeout)
         except openai.APITimeoutError:
