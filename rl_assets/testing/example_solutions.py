@@ -2,10 +2,12 @@
 
 For the stand-in model server (:mod:`rl_assets.testing.model_server`): each task's answers are chosen by
 a substring of its instruction, so every trial of a task, on any attempt, gets the same answers.
+``python -m rl_assets.testing.example_solutions`` prints the script, to try task experiments without a model.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 POLICY_MODEL = "policy"
@@ -84,3 +86,7 @@ def script(faults: dict[str, Any] | None = None, extra: list[dict[str, Any]] = (
         "judge": judge,
         "faults": faults or {},
     }
+
+
+if __name__ == "__main__":
+    print(json.dumps(script(), indent=2))
