@@ -6,6 +6,7 @@ Reading never changes the home: a damaged record is reported (a
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -142,4 +143,25 @@ def format_table(result: dict[str, Any]) -> str:
             f"{s['weights_version']:>7}  {s['actor_pid']:>9}"
         )
     lines.append("counts: " + ", ".join(f"{k}={v}" for k, v in result["counts"].items()))
+    if "trials" in result:
+        lines += _task_lines(result["trials"], result["cost"])
     return "\n".join(lines)
+
+
+def _task_lines(trials: list[dict[str, Any]], cost: dict[str, Any]) -> list[str]:
+    """A task experiment's means per task over its trained trials, and its bill."""
+    lines = [f"{'task':<28} {'trials':>6}  {'verifier':>8}  {'judge':>6}  {'reward':>7}  {'turns':>5}"]
+    for task in sorted({t["task"] for t in trials}):
+        rows = [t for t in trials if t["task"] == task]
+        judged = [t["judge_score"] for t in rows if t["judge_score"] is not None]
+        judge = f"{statistics.mean(judged):.3f}" if judged else "-"
+        lines.append(
+            f"{task:<28} {len(rows):>6}  {statistics.mean(t['verifier_reward'] for t in rows):>8.3f}  {judge:>6}  "
+            f"{statistics.mean(t['reward'] for t in rows):>7.3f}  {statistics.mean(t['turns'] for t in rows):>5.2f}"
+        )
+    unpriced = f" (no price for {', '.join(cost['unpriced_models'])})" if cost["unpriced_models"] else ""
+    lines.append(
+        f"cost: policy {cost['policy_prompt_tokens']} + {cost['policy_completion_tokens']} tokens, judge "
+        f"{cost['judge_prompt_tokens']} + {cost['judge_completion_tokens']} tokens, ${cost['usd']:.4f}{unpriced}"
+    )
+    return lines
