@@ -54,6 +54,11 @@ def test_every_example_task_is_solved_and_every_call_is_billed_once(home, instan
     ).records[0]
     metadata = record.asset_materialization.metadata
     assert metadata["policy_calls"].value == sum(t["turns"] for t in trials if t["step"] == 1)
+    # A person reading `status` sees each task's means and the bill.
+    status = run_cli(home, "status", "--experiment", "tasks-clean").stdout
+    rows = {line.split()[0]: line.split()[1:] for line in status.splitlines() if line.split()}
+    assert rows["fix-python-function"] == ["4", "1.000", "-", "1.000", "4.00"]
+    assert f"cost: policy {cost['policy_prompt_tokens']} + {cost['policy_completion_tokens']} tokens" in status
 
 
 def test_sandbox_faults_and_a_flaky_server_change_nothing_but_the_retries(home, stores, tmp_path):
