@@ -54,6 +54,15 @@ def test_every_example_task_is_solved_and_every_call_is_billed_once(home, instan
     ).records[0]
     metadata = record.asset_materialization.metadata
     assert metadata["policy_calls"].value == sum(t["turns"] for t in trials if t["step"] == 1)
+    # The UI shows each trial as it went: the conversation, the tool calls, the verifier.
+    trajectory = instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("trajectories"), asset_partitions=["tasks-clean/s1|hidden-test-n0"]
+        ),
+        limit=1,
+    ).records[0]
+    transcript = trajectory.asset_materialization.metadata["transcript"].value
+    assert "slugify" in transcript and "calls `write_file`" in transcript and "**verifier**: reward 1" in transcript
     # A person reading `status` sees each task's means and the bill.
     status = run_cli(home, "status", "--experiment", "tasks-clean").stdout
     rows = {line.split()[0]: line.split()[1:] for line in status.splitlines() if line.split()}

@@ -12,9 +12,10 @@ import dagster as dg
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Reward
+from rl_assets.domain.models import Reward, Trajectory
 from rl_assets.domain.rubrics import kind_problem
 from rl_assets.domain.scoring import reward_of, task_reward
+from rl_assets.domain.transcript_markdown import MESSAGE_CHARS, capped
 from rl_assets.domain.transcripts import Usage
 from rl_assets.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.home import Home
@@ -55,7 +56,8 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     trajectory = checked.record
     rubric = run_rubric(context, state, config)
     if config.judge == "none":  # a task experiment without a judge: the verifier's reward is the reward
-        return _recorded(context, state, experiment, step, slot, task_reward(trajectory, rubric.name, None))
+        reward = task_reward(trajectory, rubric.name, None)
+        return _recorded(context, state, experiment, step, slot, reward, trajectory)
     problem = kind_problem(rubric, llm_judge=config.judge == "llm")
     if problem is not None:
         raise dg.Failure(f"{trial_id}: {problem}", allow_retries=False)
@@ -98,7 +100,8 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
             "reward": reward.reward,
             "verified": reward.verified,
             "judge_score": verdict.score,
-            **({"judge_reason": verdict.reason} if verdict.reason else {}),
+            **({"judge_reason": capped(verdict.reason, MESSAGE_CHARS)} if verdict.reason else {}),
+            **_verifier_metadata(trajectory),
             "turns": reward.turns,
             "rubric": rubric.name,
             "rubric_hash": rubric.content_hash,
@@ -111,8 +114,24 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     )
 
 
+def _verifier_metadata(trajectory: Trajectory) -> dict[str, object]:
+    """A task trial's verifier reward and output (capped), beside the judge's verdict."""
+    if trajectory.verifier is None:
+        return {}
+    return {
+        "verifier_reward": trajectory.verifier.reward,
+        "verifier_output": dg.MetadataValue.md(f"```\n{capped(trajectory.verifier.output, MESSAGE_CHARS)}\n```"),
+    }
+
+
 def _recorded(
-    context: dg.AssetExecutionContext, state: Stores, experiment: str, step: int, slot: str, reward: Reward
+    context: dg.AssetExecutionContext,
+    state: Stores,
+    experiment: str,
+    step: int,
+    slot: str,
+    reward: Reward,
+    trajectory: Trajectory,
 ) -> dg.MaterializeResult:
     """A reward that needed no judge (the verifier alone), recorded like any other."""
     state.trials.save_reward(experiment, reward.rubric_name, step, slot, reward)
@@ -121,9 +140,9 @@ def _recorded(
         metadata={
             "trial_id": reward.trial_id,
             "reward": reward.reward,
-            "verifier_reward": reward.verifier_reward,
             "verified": reward.verified,
             "judge": "none",
+            **_verifier_metadata(trajectory),
             "turns": reward.turns,
             "rubric": reward.rubric_name,
             "trajectory_hash": reward.trajectory_hash,

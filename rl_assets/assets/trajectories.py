@@ -15,6 +15,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import Policy, Trajectory, TrialSpec
 from rl_assets.domain.runtime import Runtime
+from rl_assets.domain.transcript_markdown import transcript_markdown
 from rl_assets.faults import FaultInjection
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
@@ -80,6 +81,7 @@ def trajectories(
             "network_isolated": world_store.network_isolated(),
             "attempt": attempt,
             **_task_metadata(trajectory),
+            "transcript": dg.MetadataValue.md(transcript_markdown(trajectory)),
         },
         data_version=dg.DataVersion(trajectory.content_hash),
     )
