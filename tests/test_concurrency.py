@@ -27,7 +27,7 @@ def test_two_trains_of_one_experiment_at_once_execute_each_unit_once(home, store
             t.close()
 
     codes = sorted(code for code, _, _ in outcomes)
-    assert codes == [0, EXIT_USAGE], [(code, err[-2000:]) for code, _, err in outcomes]
+    assert codes == [0, EXIT_USAGE], "\n\n".join(f"exit {code}:\n{err[-6000:]}" for code, _, err in outcomes)
     (_, out, _), (_, _, busy_err) = sorted(outcomes, key=lambda o: o[0])
     assert busy_err.strip().splitlines()[-1] == (
         f"rl-assets: error: another driver is already running experiment {config.name!r}"
