@@ -30,12 +30,12 @@ from rl_assets.home import Home
 TASK = Path(__file__).resolve().parents[1] / "examples" / "tasks" / "create-file"
 
 
-def _trial_launches(instance: Any, stores: Any, home: Home, config: Any, launcher: Any) -> list[Any]:
+def _trial_launches(instance: Any, stores: Any, home: Home, config: Any) -> list[Any]:
     """Build the experiment's world (one run), then its trial launches, in order."""
     from rl_assets.driver.planner import plan
 
     ensure_partitions(instance, config)
-    build_worlds(instance, stores, home, config, launcher)
+    build_worlds(instance, stores, home, config)
     return [la for la in plan(instance, stores, config).launches if la.job == "trial_job"]
 
 
@@ -44,7 +44,6 @@ def bench(home: Home, trials: int) -> dict[str, Any]:
 
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import Runtime
-    from rl_assets.driver.runs import WorkerLauncher
     from rl_assets.resources.stores import Stores
     from rl_assets.stores.database import Database
     from rl_assets.tasks.snapshot import with_recorded_task_set
@@ -55,7 +54,6 @@ def bench(home: Home, trials: int) -> dict[str, Any]:
     stores = Stores(home.root, Database.from_env())
     reference = ExperimentConfig(name=f"ref-{stamp}", steps=1, worlds=1, prompts=trials + 1, samples=1)
     stores.experiments.create_or_resume(reference, Runtime())
-    launcher = WorkerLauncher()
     with tempfile.TemporaryDirectory() as scratch, ServedModel(script(), Path(scratch)) as server:
         agent = with_recorded_task_set(
             ExperimentConfig(
@@ -72,14 +70,14 @@ def bench(home: Home, trials: int) -> dict[str, Any]:
         walls: dict[str, list[float]] = {"reference": [], "agent": []}
         with DagsterInstance.get() as instance:
             pairs = zip(
-                _trial_launches(instance, stores, home, reference, launcher),
-                _trial_launches(instance, stores, home, agent, launcher),
+                _trial_launches(instance, stores, home, reference),
+                _trial_launches(instance, stores, home, agent),
                 strict=True,
             )
             for i, (ref_launch, agent_launch) in enumerate(pairs):
                 for kind, launch in (("reference", ref_launch), ("agent", agent_launch)):
                     log(f"{kind} {launch.partition_key} ({'warm-up' if i == 0 else f'{i}/{trials}'})")
-                    wall, _ = _execute_launch(instance, launch, home, launcher)
+                    wall, _ = _execute_launch(instance, launch, home)
                     if i:
                         walls[kind].append(wall)
         answered = server.stats()["answered"].get(POLICY_MODEL, 0)

@@ -225,18 +225,19 @@ def _run_durations(instance: Any, run_id: str) -> dict[str, Any]:
     }
 
 
-def _execute_launch(instance: Any, launch: Any, home: Home, launcher: Any) -> tuple[float, str]:
-    """Create the run and execute it in a worker process, as the CLI driver does; ``(wall s, run id)``."""
+def _execute_launch(instance: Any, launch: Any, home: Home) -> tuple[float, str]:
+    """Create the run and launch it through the instance's launcher, as the CLI driver does; ``(wall s, run id)``."""
     from dagster import DagsterRunStatus
 
-    from rl_assets.driver.runs import create_run
+    from rl_assets.driver.runs import create_run, launch_run
 
     t0 = time.perf_counter()
     run = create_run(instance, launch)
-    worker = launcher.start(instance, run, str(home.logs))
-    worker.join()
+    launch_run(instance, run)
+    finished = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+    while (status := instance.get_run_by_id(run.run_id).status) not in finished:
+        time.sleep(0.02)
     wall = time.perf_counter() - t0
-    status = instance.get_run_by_id(run.run_id).status
     if status != DagsterRunStatus.SUCCESS:
         raise RuntimeError(f"{launch.job} {launch.partition_key} ended {status}; see {home.logs}/run-{run.run_id}.log")
     return wall, run.run_id
@@ -252,14 +253,14 @@ def ensure_partitions(instance: Any, config: Any) -> None:
             instance.add_dynamic_partitions(name, missing)
 
 
-def build_worlds(instance: Any, stores: Any, home: Home, config: Any, launcher: Any) -> int:
+def build_worlds(instance: Any, stores: Any, home: Home, config: Any) -> int:
     """Run the experiment's world jobs the planner asks for; how many there were."""
     from rl_assets.driver.planner import plan
 
     launches = [la for la in plan(instance, stores, config).launches if la.job == "world_job"]
     for launch in launches:
         log(f"world_job {launch.partition_key}")
-        _execute_launch(instance, launch, home, launcher)
+        _execute_launch(instance, launch, home)
     return len(launches)
 
 
@@ -287,13 +288,11 @@ def bench_trials(home: Home, trials: int, experiment: str) -> dict[str, Any]:
         "baseline_python_pass_s": bare_s,
         "python_import_definitions_s": import_s,
     }
-    from rl_assets.driver.runs import WorkerLauncher
 
-    launcher = WorkerLauncher()  # one per driver; its forkserver warms up on the first run
     with DagsterInstance.get() as instance:
         ensure_partitions(instance, config)
         started = time.perf_counter()
-        built = build_worlds(instance, stores, home, config, launcher)
+        built = build_worlds(instance, stores, home, config)
         result["world_run_s"] = time.perf_counter() - started if built else None  # None: built before in this home
         p = plan(instance, stores, config)
         launches = [la for la in p.launches if la.job == "trial_job"]
@@ -302,7 +301,7 @@ def bench_trials(home: Home, trials: int, experiment: str) -> dict[str, Any]:
         walls, runs, step_times = [], [], {}
         for i, launch in enumerate(launches):
             log(f"trial_job {launch.partition_key} ({'warm-up' if i == 0 else f'{i}/{trials}'})")
-            wall, run_id = _execute_launch(instance, launch, home, launcher)
+            wall, run_id = _execute_launch(instance, launch, home)
             durations = _run_durations(instance, run_id)
             if i == 0:
                 result["first_trial_s"] = wall
@@ -489,7 +488,6 @@ def bench_world_sizes(home: Home, trials: int, experiment: str, small_mib: int, 
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import Runtime
     from rl_assets.driver.planner import plan
-    from rl_assets.driver.runs import WorkerLauncher
     from rl_assets.resources.stores import Stores
     from rl_assets.resources.world_store import WorldStoreResource
     from rl_assets.stores.database import Database
@@ -505,7 +503,6 @@ def bench_world_sizes(home: Home, trials: int, experiment: str, small_mib: int, 
     world_id = config.world_ids[0]
     scratch = Path(tempfile.mkdtemp(prefix="bench-pads-", dir=home.root))  # same filesystem: pads move by rename
     result: dict[str, Any] = {"experiment": config.name, "trials_per_size": trials, "sizes_mib": sizes}
-    launcher = WorkerLauncher()
     sized = _SizedWorld(worlds, world_id, {k: scratch / k for k in sizes})
     try:
         for key, mib in sizes.items():
@@ -513,7 +510,7 @@ def bench_world_sizes(home: Home, trials: int, experiment: str, small_mib: int, 
             _write_pad(scratch / key, mib * MIB)
         with DagsterInstance.get() as instance:
             ensure_partitions(instance, config)
-            build_worlds(instance, stores, home, config, launcher)
+            build_worlds(instance, stores, home, config)
             result["fork_kind"] = WorldStoreResource(home=str(home.root)).fork_kind()
             launches = [la for la in plan(instance, stores, config).launches if la.job == "trial_job"]
             if len(launches) != 2 * trials + 2:
@@ -528,7 +525,7 @@ def bench_world_sizes(home: Home, trials: int, experiment: str, small_mib: int, 
                         "verified_hash_s": median_time(lambda: worlds.verified_hash(world_id), 20)[0],
                         "audited_hash_s": median_time(lambda: worlds.audited_hash(world_id), 1)[0],
                     }
-                wall, _ = _execute_launch(instance, launch, home, launcher)
+                wall, _ = _execute_launch(instance, launch, home)
                 warm_up = i < 2
                 log(f"trial_job on the {sizes[size]} MiB world: {wall:.2f} s{' (warm-up)' if warm_up else ''}")
                 if not warm_up:

@@ -3,10 +3,10 @@
 With a rubric other than the experiment's own, it drives a re-scoring.
 
 Each pass reaps runs whose worker died, plans from durable state, and starts
-the runs the plan asks for, at most ``max_concurrent_trials`` trials at once.
-Its only memory is which worker processes it started in this life, and losing
-that (a crash) is harmless: runs outlive the driver, and the next driver
-sees them in the instance. One driver per experiment at a time, enforced by a
+the runs the plan asks for, at most ``max_concurrent_trials`` trials at once,
+through the instance's run launcher (:mod:`rl_assets.driver.runs`). It keeps
+no memory of its own, so losing it (a crash) is harmless: runs outlive the
+driver, and the next driver sees them in the instance. One driver per experiment at a time, enforced by a
 Postgres advisory lock held for the driver's life (:func:`rl_assets.stores.locks.driver_lock`),
 on a connection of its own: a restarted Postgres drops the connection and with
 it the lock, which is then taken again on a new connection, or the driver stops
@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 import time
-from multiprocessing.process import BaseProcess
 
 from dagster import DagsterInstance, RunsFilter
 
@@ -30,7 +29,7 @@ from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.planner import UNIT_JOBS, give_up_on_crashing, plan
-from rl_assets.driver.runs import WorkerLauncher, create_run, reap_dead_runs
+from rl_assets.driver.runs import create_run, launch_run, reap_dead_runs
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
@@ -100,8 +99,6 @@ def drive(experiment: str, home: Home, rubric: str | None = None) -> int:
         return EXIT_BUSY
     attempt = stores.attempts.record_driver_attempt(experiment, os.getpid())
     runtime = stores.experiments.runtime(experiment)
-    launcher = WorkerLauncher()
-    workers: dict[str, BaseProcess] = {}
     said: set[str] = set()
     outage_since: float | None = None
     with DagsterInstance.get() as instance:
@@ -112,7 +109,7 @@ def drive(experiment: str, home: Home, rubric: str | None = None) -> int:
                 if not lock.hold():
                     print(f"another driver took over experiment {experiment!r}", file=sys.stderr)
                     return EXIT_BUSY
-                outcome = _pass(instance, stores, home, config, runtime, rubric, attempt, launcher, workers, said)
+                outcome = _pass(instance, stores, home, config, runtime, rubric, attempt, said)
                 if outcome is not None:
                     return outcome
                 outage_since = None
@@ -133,8 +130,6 @@ def _pass(
     runtime: Runtime,
     rubric: str | None,
     attempt: int,
-    launcher: WorkerLauncher,
-    workers: dict[str, BaseProcess],
     said: set[str],
 ) -> int | None:
     """One pass: reap, plan, launch. Returns an exit code when the driver is done.
@@ -167,15 +162,15 @@ def _pass(
         )
         return EXIT_GAVE_UP
     _ensure_partitions(instance, STEP.name, [s.key for s in p.steps])
-    for run_id in [rid for rid, w in workers.items() if not w.is_alive()]:
-        del workers[run_id]
+    in_flight = sum(s.count("running") for s in p.steps)
     for launch in triage.launches:
-        if launch.job in UNIT_JOBS and len(workers) >= runtime.execution.max_concurrent_trials:
-            continue
+        if launch.job in UNIT_JOBS:
+            if in_flight >= runtime.execution.max_concurrent_trials:
+                continue
+            in_flight += 1
         if launch.job == "train_job":
             _ensure_trainer_cluster(home)
-        run = create_run(instance, launch)
-        workers[run.run_id] = launcher.start(instance, run, str(home.logs))
+        launch_run(instance, create_run(instance, launch))
     return None
 
 

@@ -1,28 +1,33 @@
-"""Execute one existing run: ``python -m rl_assets.driver.run_worker RUN_ID``.
+"""One run's worker, forked by :class:`~rl_assets.driver.run_launcher.WarmRunLauncher`.
 
 Before doing any work the worker tags the run with its own ``pid@start-time``
 (:data:`~rl_assets.tags.WORKER_PID_TAG`), so the run's liveness is known
-from the worker's first moment, whatever happens to the driver that started
-it: a driver killed right after forking the worker leaves a run that a later
-driver's reaper sees alive, not one it would mark failed (and whose unit it
-would relaunch, deleting the live attempt's fork).
+from the worker's first moment, whatever happens to the daemon that launched
+it. It then executes the run exactly as Dagster's own launchers do in a pod
+or a container, with ``dagster api execute_run``, here run in-process in the
+warm worker instead of a fresh interpreter. A run that is no longer starting
+(failed by run monitoring before this worker claimed it) is not executed.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import runpy
 import sys
 import time
 
+import dagster as dg
 from dagster import DagsterInstance, DagsterRunStatus
-from dagster._core.execution.api import execute_run
-from dagster._utils.hosted_user_process import recon_job_from_origin
 
+from rl_assets.home import Home
 from rl_assets.services.processes import process_identity
+from rl_assets.services.run_workers import worker_file
 from rl_assets.tags import WORKER_PID_TAG
 
 TEST_GATE_ENV = "RL_ASSETS_TEST_WORKER_GATE"
 """Test hook: a path; the worker, once it has tagged the run, waits until that file exists."""
+CLAIMABLE = (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING)
 
 
 def _wait_for_gate() -> None:
@@ -31,21 +36,41 @@ def _wait_for_gate() -> None:
         time.sleep(0.05)
 
 
+def _execute_run_args(run: dg.DagsterRun) -> str:
+    """The argument of ``dagster api execute_run``: the run's id and origin; the instance from ``DAGSTER_HOME``."""
+    return json.dumps(
+        {
+            "__class__": "ExecuteRunArgs",
+            "pipeline_origin": json.loads(dg.serialize_value(run.job_code_origin)),
+            "pipeline_run_id": run.run_id,
+            "instance_ref": None,
+            "set_exit_code_on_failure": True,
+        }
+    )
+
+
 def main(run_id: str) -> int:
     with DagsterInstance.get() as instance:
         run = instance.get_run_by_id(run_id)
         if run is None or run.job_code_origin is None:
             print(f"no executable run {run_id}", file=sys.stderr)
             return 2
-        instance.add_run_tags(run_id, {WORKER_PID_TAG: process_identity(os.getpid())})
+        identity = process_identity(os.getpid())
+        instance.add_run_tags(run_id, {WORKER_PID_TAG: identity})
+        worker_file(Home.resolve(), run_id).write_text(identity)
         _wait_for_gate()
         run = instance.get_run_by_id(run_id)
-        if run is None or run.status != DagsterRunStatus.NOT_STARTED:
+        if run is None or run.status not in CLAIMABLE:
             status = "gone" if run is None else run.status.value
-            print(f"run {run_id} is {status} (reaped before its worker claimed it); not executing it", file=sys.stderr)
+            print(f"run {run_id} is {status} (failed before its worker claimed it); not executing it", file=sys.stderr)
             return 1
-        result = execute_run(recon_job_from_origin(run.job_code_origin), run, instance)
-        return 0 if result.success else 1
+        args = _execute_run_args(run)
+    sys.argv = ["dagster", "api", "execute_run", args]
+    try:
+        runpy.run_module("dagster", run_name="__main__", alter_sys=True)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 1
+    return 0
 
 
 def run_in_child(run_id: str, log_path: str) -> None:
@@ -57,8 +82,8 @@ def run_in_child(run_id: str, log_path: str) -> None:
     os.close(fd)
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
-    sys.exit(main(run_id))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    try:
+        code = main(run_id)
+    finally:
+        worker_file(Home.resolve(), run_id).unlink(missing_ok=True)
+    sys.exit(code)

@@ -1,30 +1,31 @@
-"""Runs the CLI driver launches: created in the instance, executed by a worker process.
+"""Runs the CLI driver starts: created in the instance, launched by the instance's run launcher.
 
-The driver creates each run in Dagster's run storage *before* starting its
-worker, so the run exists (and the planner sees it in flight) from the first
-moment; then a worker process executes it with the job's own executor. The
-worker tags the run with its own pid before it does anything else (see
-:mod:`rl_assets.driver.run_worker`), which lets a later driver tell a live run
-from one whose worker was killed, and finish it. A run without that tag is
-one whose worker has not started yet, for at most ``UNCLAIMED_GRACE_S`` after
-the run's creation; past that its driver died before the worker could start.
+The driver creates each run in Dagster's run storage *before* launching it,
+so the run exists (and the planner sees it in flight) from the first moment.
+It then launches it with ``DagsterInstance.launch_run``, through the run
+launcher the home's ``dagster.yaml`` names
+(:class:`~rl_assets.driver.run_launcher.WarmRunLauncher`): the same launcher,
+and the same worker, as the runs the daemon launches for the UI, sensors and
+backfills. The worker tags the run with its own pid before it does anything
+else, which lets a later driver tell a live run from one whose worker was
+killed, and finish it (:func:`reap_dead_runs`, with the launcher's own health
+check). A run without that tag is one whose worker has not started yet, for
+at most ``UNCLAIMED_GRACE_S`` after the run's creation; past that its driver
+died before the worker could start.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
-from multiprocessing.process import BaseProcess
+from typing import Any
 
 import dagster as dg
 from dagster import DagsterInstance, DagsterRun, RunsFilter
 
 from rl_assets.definitions import RECONSTRUCTABLE_JOBS
 from rl_assets.driver.planner import ACTIVE_STATUSES, Launch
-from rl_assets.driver.run_worker import run_in_child
-from rl_assets.services.processes import identity_alive
 from rl_assets.tags import EXPERIMENT_TAG, WORKER_PID_TAG
 
 LAUNCHED_BY_TAG = "rl/launched_by"
@@ -44,26 +45,12 @@ def create_run(instance: DagsterInstance, launch: Launch) -> DagsterRun:
     )
 
 
-class WorkerLauncher:
-    """Starts run workers forked from a warm server that imported the code location once.
-
-    A fresh interpreter per run would spend seconds importing Dagster and the
-    definitions before doing any work; a forkserver pays that once per driver.
-    Each worker is still its own process, in its own session, so it outlives
-    the driver that started it.
-    """
-
-    def __init__(self) -> None:
-        self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["rl_assets.driver.run_worker", "rl_assets.definitions"])
-
-    def start(self, instance: DagsterInstance, run: DagsterRun, log_dir: str) -> BaseProcess:
-        log_path = os.path.join(log_dir, f"run-{run.run_id}.log")
-        proc = self._ctx.Process(target=run_in_child, args=(run.run_id, log_path), name=f"run-{run.run_id}")
-        proc.start()  # the worker tags the run itself: nothing the driver does after this matters to the run
-        if os.environ.get(TEST_DIE_AFTER_WORKER_START_ENV):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return proc
+def launch_run(instance: DagsterInstance, run: DagsterRun) -> None:
+    """Start the run's worker through the instance's launcher (no workspace: the warm launcher needs none)."""
+    workspace: Any = None
+    instance.launch_run(run.run_id, workspace)
+    if os.environ.get(TEST_DIE_AFTER_WORKER_START_ENV):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def reap_dead_runs(
@@ -71,18 +58,19 @@ def reap_dead_runs(
 ) -> list[str]:
     """Mark failed the in-flight runs of ``experiment`` whose worker is gone, and free their pool slots.
 
-    A run tagged with its worker is dead when that process is; an untagged
-    run is dead once it is older than ``unclaimed_grace_s`` (its worker, if it
-    ever starts, then finds the run failed and does not execute it).
+    A run tagged with its worker is dead when the launcher's health check says
+    so; an untagged run is dead once it is older than ``unclaimed_grace_s``
+    (its worker, if it ever starts, then finds the run failed and does not
+    execute it).
     """
     reaped = []
     runs = instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: experiment, LAUNCHED_BY_TAG: "cli-driver"}))
     for run in runs:
         if run.status not in ACTIVE_STATUSES:
             continue
-        worker = run.tags.get(WORKER_PID_TAG)
-        if worker is not None:
-            dead = not identity_alive(worker)
+        if run.tags.get(WORKER_PID_TAG) is not None:
+            health = instance.run_launcher.check_run_worker_health(run)
+            dead = health.status.value == "FAILED"
         else:
             record = instance.get_run_record_by_id(run.run_id)
             dead = record is not None and time.time() - record.create_timestamp.timestamp() > unclaimed_grace_s

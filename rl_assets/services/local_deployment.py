@@ -14,6 +14,7 @@ from rl_assets.home import HOME_ENV, Home, ensure_private_dir, remove_private_di
 from rl_assets.services.dev_server import DevServer
 from rl_assets.services.postgres import EmbeddedPostgres
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead, client_env
+from rl_assets.services.run_workers import end_run_workers
 
 RAY_NAMESPACE_ENV = "RL_ASSETS_RAY_NAMESPACE"
 
@@ -42,9 +43,19 @@ concurrency:
   # set on its own: `dagster instance concurrency set judge 4` bounds concurrent judge calls.
   pools:
     default_limit: 16
+run_launcher:
+  # Every run's worker is forked from a warm forkserver (rl_assets/driver/run_launcher.py);
+  # its health is its pid tag, which run monitoring checks.
+  module: rl_assets.driver.run_launcher
+  class: WarmRunLauncher
+run_queue:
+  dequeue_interval_seconds: 1
 run_monitoring:
   enabled: true
   poll_interval_seconds: 5
+  # A launched run whose worker never claimed it is failed after this long.
+  start_timeout_seconds: 60
+  max_resume_run_attempts: 0
   # A run whose worker died holds its pool slots (a judge slot, say) until this frees them.
   free_slots_after_run_end_seconds: 5
 run_retries:
@@ -99,6 +110,8 @@ class LocalDeployment:
         stopped = []
         if self.dev.stop():
             stopped.append("dev server")
+        if end_run_workers(self.home):
+            stopped.append("run workers")
         if self.ray.stop():
             stopped.append("ray head")
         if self.postgres.stop():
