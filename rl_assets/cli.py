@@ -1,16 +1,16 @@
 """``rl-assets``: train, inspect and serve experiments of one home.
 
-The CLI is a thin client. ``train`` records the experiment, brings the home's
-services up, and supervises a driver process (restarting it if it dies),
-while it follows progress from durable state; killing the CLI stops nothing
-that matters, and running it again continues.
+The CLI is a thin client. ``train`` records the experiment and the request to
+train it, brings the home's services up (Postgres, the Ray head, the Dagster
+daemon whose sensor drives every experiment), and follows progress from
+durable state, starting the daemon again if it dies; killing the CLI stops
+nothing that matters, and running it again continues.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 import types
@@ -31,6 +31,8 @@ from rl_assets.home import Home, HomeError
 from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
 MAX_DRIVER_ATTEMPTS = 3
+"""Daemon starts a following command makes before it gives up."""
+FOLLOW_POLL_S = 0.5
 DB_OUTAGE_TIMEOUT_S = 180.0
 EXIT_USAGE = 2
 
@@ -185,26 +187,37 @@ def _describe(p) -> str:
     )
 
 
-def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None = None) -> None:
-    """Drive ``config`` (re-scored under ``rubric`` if given) to done, restarting a dead driver.
+def _follow(home: Home, stores, config: ExperimentConfig, rubric: str | None = None) -> None:
+    """Follow ``config`` (re-scored under ``rubric`` if given) to done while the home's daemon drives it.
 
-    The supervisor only reads durable state, so a database outage (a restarting
-    Postgres) is waited out, not fatal: the driver waits for it too.
+    The command launches nothing: it records what is wanted, and the daemon's
+    driver sensor launches every run. It holds the experiment's driver lock
+    while it follows (one command per experiment: a second is refused on one
+    line), starts the daemon again if it died, reads only durable state (so a
+    database outage is waited out), and stops with the reason when the driver
+    gives up on a unit that nothing can go on without.
     """
     from dagster import DagsterInstance
 
     from rl_assets.driver.audit import audit
-    from rl_assets.driver.loop import EXIT_BUSY, EXIT_GAVE_UP
-    from rl_assets.driver.planner import plan
+    from rl_assets.driver.planner import plan, stuck_units
+    from rl_assets.services.daemon import LocalDaemon
     from rl_assets.stores.database import TRANSIENT_DB_ERRORS
+    from rl_assets.stores.locks import SessionLock, driver_lock
     from rl_assets.worlds import LocalWorlds
 
+    with stores.db.transaction() as cur:
+        lock = SessionLock(stores.db.info, driver_lock(cur, config.name))
+    if not lock.acquire(wait_s=0):
+        raise UsageError(f"another driver is already running experiment {config.name!r}")
     progress = Progress()
 
     def current(instance):
         deadline = time.monotonic() + DB_OUTAGE_TIMEOUT_S
         while True:
             try:
+                if not lock.hold():
+                    raise UsageError(f"another driver took over experiment {config.name!r}")
                 return plan(instance, stores, config, rubric)
             except TRANSIENT_DB_ERRORS:
                 if time.monotonic() > deadline:
@@ -212,38 +225,35 @@ def _supervise(home: Home, stores, config: ExperimentConfig, rubric: str | None 
                 progress.show(f"{config.name}: the database is unavailable; waiting for it")
                 time.sleep(1.0)
 
+    daemon = LocalDaemon(home)
     try:
         with DagsterInstance.get() as instance:
             for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks, home.tasks), config):
                 what = f"{damage.kind} {damage.partition_key}: {damage.detail}"
                 print(f"rl-assets: {what}; regenerating it", file=sys.stderr)
-            attempts = 0
-            while not current(instance).done:
-                attempts += 1
-                if attempts > MAX_DRIVER_ATTEMPTS:
-                    raise RuntimeError(f"the driver died {MAX_DRIVER_ATTEMPTS} times; see {home.logs}")
-                with open(home.logs / "driver.log", "ab") as log:
-                    driver = subprocess.Popen(
-                        [sys.executable, "-m", "rl_assets.driver.loop", config.name, *([rubric] if rubric else [])],
-                        stdout=log,
-                        stderr=subprocess.PIPE,
-                        stdin=subprocess.DEVNULL,
+            if rubric is None:
+                stores.drives.request(config.name, requested_by="cli")
+            starts = 0
+            while not (p := current(instance)).done:
+                if stuck := stuck_units(p):
+                    raise RuntimeError(
+                        f"{stuck[0].job} {stuck[0].partition_key} failed {stuck[0].failures} times; giving up; "
+                        f"see the run logs in {home.logs}"
                     )
-                while driver.poll() is None:
-                    progress.show(_describe(current(instance)))
-                    time.sleep(0.5)
-                err = driver.stderr.read().decode() if driver.stderr else ""
-                if driver.returncode == EXIT_BUSY:
-                    # The refusal is the driver's last line (earlier ones are import-time warnings).
-                    elsewhere = f"experiment {config.name!r} is being trained elsewhere"
-                    raise UsageError((err.strip().splitlines()[-1:] or [elsewhere])[0])
-                if driver.returncode == EXIT_GAVE_UP:
-                    raise RuntimeError(err.strip())
-                if driver.returncode != 0:
-                    progress.show(f"{config.name}: driver exited with {driver.returncode}; restarting it")
-            progress.show(_describe(current(instance)))
+                if daemon.process() is None:
+                    starts += 1
+                    if starts > MAX_DRIVER_ATTEMPTS:
+                        raise RuntimeError(
+                            f"the daemon died {MAX_DRIVER_ATTEMPTS} times; see {home.logs / 'daemon.log'}"
+                        )
+                    progress.show(f"{config.name}: the daemon is not running; starting it")
+                    daemon.ensure_running()
+                progress.show(_describe(p))
+                time.sleep(FOLLOW_POLL_S)
+            progress.show(_describe(p))
     finally:
         progress.close()
+        lock.release()
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -260,7 +270,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         stores.experiments.create_or_resume(config, runtime)
     except ExperimentConflictError as err:
         raise UsageError(str(err)) from None
-    _supervise(home, stores, config)
+    _follow(home, stores, config)
     _print_result(experiment_result(stores, config), args.json, format_table)
     return 0
 
@@ -306,7 +316,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
             raise UsageError(f"experiment {config.name!r} is not trained yet; finish it with `rl-assets train` first")
     if rubric != config.rubric:
         stores.scorings.request(config.name, rubric, requested_by="cli")
-        _supervise(home, stores, config, rubric)
+        _follow(home, stores, config, rubric)
     _print_result(experiment_result(stores, config.scored_with(rubric)), args.json, format_table)
     return 0
 
@@ -331,7 +341,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
         stores.experiments.create_or_resume(fork, Runtime(), forked_from=parent.name)
     except ExperimentConflictError as err:
         raise UsageError(str(err)) from None
-    _supervise(home, stores, fork)
+    _follow(home, stores, fork)
     _print_result(experiment_result(stores, fork), args.json, format_table)
     return 0
 
@@ -406,10 +416,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    from rl_assets.services.daemon import LocalDaemon
     from rl_assets.services.dev_server import DevServer
 
     home = Home.resolve(args.home)
     _open(home)
+    LocalDaemon(home).ensure_running()
     return DevServer(home).run(args.host, args.port)
 
 

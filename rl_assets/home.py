@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HOME_ENV = "RL_ASSETS_HOME"
+RUNTIME_BASE_ENV = "RL_ASSETS_RUNTIME_BASE"
+"""The temp folder a home's runtime folder is under, for processes whose own ``TMPDIR`` is inside it."""
 DEFAULT_HOME = ".rl-assets"
 
 
@@ -115,9 +117,21 @@ class Home:
 
     @property
     def runtime(self) -> Path:
-        """A short, private (0700) path for the Ray head's unix sockets, which cap path length."""
+        """A short, private (0700) path for the Ray head's unix sockets, which cap path length.
+
+        Under the temp folder, or the one :data:`RUNTIME_BASE_ENV` names: the daemon and the UI run with
+        ``TMPDIR`` inside this folder, and what they start must still find the same one.
+        """
         tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
-        return Path(tempfile.gettempdir()) / f"rla-{tag}"
+        return Path(os.environ.get(RUNTIME_BASE_ENV) or tempfile.gettempdir()) / f"rla-{tag}"
+
+    def private_tmp_env(self, name: str) -> dict[str, str]:
+        """Environment for a service whose temp folder (``TMPDIR``) is a private one under the runtime folder.
+
+        Dagster's code servers listen on unix sockets in the temp folder, so the daemon and the UI get their own.
+        """
+        base = os.environ.get(RUNTIME_BASE_ENV) or tempfile.gettempdir()
+        return {RUNTIME_BASE_ENV: base, "TMPDIR": str(ensure_private_dir(self.runtime / name))}
 
     def ensure(self) -> Home:
         for path in (self.dagster_home, self.artifacts, self.worlds, self.forks, self.services, self.logs):

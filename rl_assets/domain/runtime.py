@@ -88,10 +88,13 @@ class ExecutionSettings(BaseModel):
         description=f"A judge call is abandoned after this many seconds (above 0, at most {MAX_TIMEOUT_S:g}).",
     )
     max_concurrent_trials: int = Field(
-        2,
+        8,
         ge=1,
         le=MAX_CONCURRENT_TRIALS,
-        description=f"Trial runs the CLI driver executes at once (1 to {MAX_CONCURRENT_TRIALS}).",
+        description=(
+            f"Trial runs of the experiment the driver keeps in flight at once (1 to {MAX_CONCURRENT_TRIALS}); "
+            "the run queue and the pools bound what runs across experiments."
+        ),
     )
 
 

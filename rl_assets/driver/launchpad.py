@@ -125,6 +125,7 @@ def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConf
         created = state.experiments.create_or_resume(experiment, runtime)
     except ExperimentConflictError as err:
         raise _refuse(str(err)) from None
+    state.drives.request(experiment.name, requested_by=f"launchpad run {context.run_id}")
     context.log.info(f"experiment {experiment.name} {'created' if created else 'already exists; resuming'}")
 
 
@@ -160,6 +161,7 @@ def fork_experiment(context: dg.OpExecutionContext, config: ForkExperimentConfig
         created = state.experiments.create_or_resume(fork, Runtime(), forked_from=parent)
     except ExperimentConflictError as err:
         raise _refuse(str(err)) from None
+    state.drives.request(fork.name, requested_by=f"launchpad run {context.run_id}")
     context.log.info(f"fork {fork.name} of {parent} {'created' if created else 'already exists; resuming'}")
 
 

@@ -215,11 +215,16 @@ class Triage:
     """Worlds and training steps given up on: nothing can go on without them, so a person must look."""
 
 
+def stuck_units(p: Plan) -> list[Launch]:
+    """Worlds and training steps whose last :data:`MAX_FAILED_RUNS` runs failed: given up on, for a person."""
+    return [launch for launch in p.launches if launch.job not in UNIT_JOBS and launch.failures >= MAX_FAILED_RUNS]
+
+
 def give_up_on_crashing(stores: Stores, p: Plan) -> Triage:
     """Record as failed for good the trials whose last :data:`MAX_FAILED_RUNS` runs failed; launch the rest.
 
-    Both drivers (the CLI's loop and the sensor) apply this one rule, so a unit whose runs keep dying is
-    given up on the same way whichever launched them.
+    The driver sensor applies this rule on every tick; a following command reads the same
+    :func:`stuck_units` to stop with the reason.
     """
     failed = [t for s in p.steps for t in s.trials if t.state == "pending" and t.failures >= MAX_FAILED_RUNS]
     for trial in failed:
@@ -227,9 +232,10 @@ def give_up_on_crashing(stores: Stores, p: Plan) -> Triage:
             p.config.name, trial.trial_id, "run", f"its runs died {trial.failures} times"
         )
     given_up = {t.partition_key for t in failed}
-    launches, stuck = [], []
-    for launch in p.launches:
-        if launch.job in UNIT_JOBS and launch.partition_key in given_up:
-            continue
-        (stuck if launch.failures >= MAX_FAILED_RUNS else launches).append(launch)
+    stuck = stuck_units(p)
+    launches = [
+        launch
+        for launch in p.launches
+        if launch not in stuck and not (launch.job in UNIT_JOBS and launch.partition_key in given_up)
+    ]
     return Triage(launches, failed, stuck)

@@ -1,24 +1,36 @@
-"""The driver as Dagster sensors, for ``dagster dev`` and Kubernetes.
+"""The driver: the daemon's sensors are the only thing that launches an experiment's runs.
 
-``driver_sensor`` plans every unfinished experiment, and every requested
-re-scoring, that no CLI driver holds, and requests their runs with
-deterministic run keys (job, partition, rubric, generation), so a second
-tick, or a second daemon, never launches the same unit twice. Needed dynamic
-partitions are added in the same tick, before the runs. It plans an
-experiment holding the experiment's driver lock and records its requests
-before letting go, so a CLI driver never plans the same units in between
-(:mod:`rl_assets.stores.sensor_requests`).
+``driver_sensor`` plans every requested experiment (:mod:`rl_assets.stores.drives`)
+and every requested re-scoring, and requests their runs with deterministic
+run keys (job, partition, rubric, generation), so a second tick, or a second
+daemon, never launches the same unit twice. Needed dynamic partitions are
+added in the same tick, before the runs. It caps each experiment's trials in
+flight at ``max_concurrent_trials``, gives up on units whose runs keep
+failing (:func:`~rl_assets.driver.planner.give_up_on_crashing`), and
+restarts the home's Ray head before a training run if it died.
+
+Dagster evaluates a sensor at most every 5 seconds (its daemon's loop has that
+floor), far slower than a trial. So a tick that finds nothing to launch waits
+inside the tick, up to ``LONG_POLL_S``, for a run to change status or a new
+request, and plans again at once: a step's next units are requested within a
+poll of the runs they wait for. ``train``, ``rescore`` and ``fork`` record a
+request and follow the plan from the command line; they launch nothing.
 
 ``rubric_sensor`` (off by default; turn it on in the UI's sensor list or with
 ``dagster sensor start rubric_sensor``) watches the rubric registry; when a
 new rubric appears it requests the re-scoring of the finished experiments
-named in ``RL_ASSETS_RESCORE_EXPERIMENTS`` (comma-separated, ``*`` for all),
-records the new ``rubrics`` data version, and starts the first runs. Its
+named in ``RL_ASSETS_RESCORE_EXPERIMENTS`` (comma-separated, ``*`` for all)
+and records the new ``rubrics`` data version; the driver sensor launches the runs. Its
 cursor holds the rubrics already seen, and requests are idempotent, so a
 rubric triggers one re-scoring however often the sensor ticks.
 """
 
+from __future__ import annotations
+
 import json
+import os
+import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,35 +38,67 @@ import dagster as dg
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
-from rl_assets.driver.planner import Plan, give_up_on_crashing, plan
+from rl_assets.driver.planner import UNIT_JOBS, Plan, give_up_on_crashing, plan
 from rl_assets.environment import launch_tags, rescore_experiments
+from rl_assets.home import Home
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
 from rl_assets.settings import RESCORE_EXPERIMENTS_ENV
-from rl_assets.stores import sensor_requests
-from rl_assets.stores.locks import LockKey, driver_lock
-from rl_assets.tags import RUBRIC_TAG, SENSOR_REQUEST_TAG
+from rl_assets.tags import RUBRIC_TAG
+
+LONG_POLL_S = 4.8
+"""How long a tick with nothing to launch waits for a change before it ends."""
+POLL_S = 0.1
+_attempts: dict[str, int] = {}
+"""The driver attempt of each experiment in this daemon's life (recorded once per code server)."""
 
 
-def _driver_lock(state: Stores, experiment: str) -> LockKey:
-    with state.db.transaction() as cur:
-        return driver_lock(cur, experiment)
+def _driver_attempt(state: Stores, name: str) -> int:
+    """This driver life's attempt number for ``name``: each daemon that plans it is one attempt.
+
+    The sensor runs in a code server that the daemon starts, and may start again; the daemon's pid
+    (the code server's parent) names the driver's life.
+    """
+    if name not in _attempts:
+        _attempts[name] = state.attempts.record_driver_attempt(name, os.getppid())
+    return _attempts[name]
+
+
+def _crash_if_injected(state: Stores, own: Plan) -> None:
+    """The ``crash_driver_at_step`` fault: the first driver life SIGKILLs the daemon's whole session."""
+    crash_at = state.experiments.runtime(own.config.name).faults.crash_driver_at_step
+    if crash_at is not None and _driver_attempt(state, own.config.name) == 1 and own.steps_trained > crash_at:
+        os.killpg(os.getsid(0), signal.SIGKILL)
 
 
 def _experiment_plans(instance: DagsterInstance, state: Stores, name: str) -> list[Plan]:
     """The unfinished plans of an experiment: its own, or once that is done, its requested re-scorings."""
     config = state.experiments.get(name)
     own = plan(instance, state, config)
+    _driver_attempt(state, name)
+    _crash_if_injected(state, own)
     plans = [own]
     if own.done:
         plans += [plan(instance, state, config, rubric) for rubric in state.scorings.requested(name)]
     return [p for p in plans if not p.done]
 
 
+def _ensure_trainer_cluster(home: Home) -> None:
+    """Restart the home's Ray head if it died, on the address run workers were given.
+
+    Only the home's own head is restarted; a remote cluster (KubeRay) is the
+    deployment's to keep alive, and a train run against it fails and is retried.
+    """
+    head = LocalRayHead(home)
+    if os.environ.get(RAY_ADDRESS_ENV) == head.address() and not head.is_running():
+        head.ensure_running()
+
+
 def _run_requests(
     state: Stores, plans: list[Plan], world_store: Any, warn: Callable[[str], None]
 ) -> list[dg.RunRequest]:
-    """The plans' launches as run requests, less the units given up on (as the CLI's driver gives up on them)."""
+    """The plans' launches as run requests: less the units given up on, at most the cap of trials in flight."""
     requests = []
     for p in plans:
         triage = give_up_on_crashing(state, p)
@@ -62,49 +106,25 @@ def _run_requests(
             warn(f"{trial.trial_id} of {p.config.name}: its runs failed {trial.failures} times; failed for good")
         for launch in triage.stuck:
             warn(f"{launch.job} {launch.partition_key} failed {launch.failures} times; not launching it again")
+        room = state.experiments.runtime(p.config.name).execution.max_concurrent_trials
+        room -= sum(s.count("running") for s in p.steps)
         for launch in triage.launches:
+            if launch.job in UNIT_JOBS:
+                if room <= 0:
+                    continue
+                room -= 1
+            if launch.job == "train_job":
+                _ensure_trainer_cluster(Home(state.home))
             run_key = f"{launch.run_key}:{launch.tags[RUBRIC_TAG]}"
             requests.append(
                 dg.RunRequest(
                     run_key=run_key,
                     job_name=launch.job,
                     partition_key=launch.partition_key,
-                    tags={
-                        **launch.tags,
-                        **launch_tags(launch.job, launch.partition_key, world_store),
-                        SENSOR_REQUEST_TAG: run_key,
-                    },
+                    tags={**launch.tags, **launch_tags(launch.job, launch.partition_key, world_store)},
                 )
             )
     return requests
-
-
-def _planned_requests(
-    state: Stores,
-    names: list[str],
-    plans_of: Callable[[str], list[Plan]],
-    world_store: Any,
-    warn: Callable[[str], None],
-) -> tuple[list[dg.RunRequest], list[Plan]]:
-    """Plan each experiment that no CLI driver holds, holding its lock until the requests are recorded.
-
-    The lock covers the whole plan, and the recorded requests cover the time
-    until the daemon has created their runs, so a CLI driver starting at any
-    moment sees the sensor's units as in flight (see
-    :mod:`rl_assets.stores.sensor_requests`).
-    """
-    run_requests: list[dg.RunRequest] = []
-    all_plans: list[Plan] = []
-    for name in names:
-        with sensor_requests.planning_lock(state.db, _driver_lock(state, name)) as cur:
-            if cur is None:
-                continue  # a CLI driver holds the experiment
-            plans = plans_of(name)
-            requests = _run_requests(state, plans, world_store, warn)
-            sensor_requests.record(cur, name, [r.run_key for r in requests if r.run_key])
-        run_requests += requests
-        all_plans += plans
-    return run_requests, all_plans
 
 
 def _partition_requests(instance: DagsterInstance, plans: list[Plan]) -> list[dg.AddDynamicPartitionsRequest]:
@@ -123,27 +143,38 @@ def _partition_requests(instance: DagsterInstance, plans: list[Plan]) -> list[dg
     return [r for r in partitions if r.partition_keys]
 
 
+def _last_change(instance: DagsterInstance, state: Stores) -> tuple[Any, ...]:
+    """What moves when a run changes status or a drive or re-scoring is requested: what a waiting tick watches."""
+    newest = instance.get_run_records(limit=1, order_by="update_timestamp", ascending=False)
+    run = (newest[0].dagster_run.run_id, newest[0].dagster_run.status, newest[0].update_timestamp) if newest else ()
+    return (*run, *state.drives.generation())
+
+
 @dg.sensor(
     jobs=[world_job, trial_job, judge_job, train_job],
-    minimum_interval_seconds=5,
+    minimum_interval_seconds=1,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Opens step s+1 of every experiment when step s is trained; launches missing units and re-scorings.",
+    description=(
+        "The driver: launches every requested experiment's missing units (worlds, trials, judgments, training "
+        "steps) and re-scorings, and opens step s+1 when step s is trained."
+    ),
 )
 def driver_sensor(
     context: dg.SensorEvaluationContext, stores: StoresResource, world_store: dg.ResourceParam[Any]
 ) -> dg.SensorResult | dg.SkipReason:
     state = stores.stores
-    run_requests, plans = _planned_requests(
-        state,
-        state.experiments.names(),
-        lambda name: _experiment_plans(context.instance, state, name),
-        world_store,
-        context.log.warning,
-    )
-    partitions = _partition_requests(context.instance, plans)
-    if not run_requests and not partitions:
-        return dg.SkipReason("no experiment needs a run")
-    return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
+    deadline = time.monotonic() + LONG_POLL_S
+    while True:
+        seen = _last_change(context.instance, state)
+        plans = [p for name in state.drives.driven() for p in _experiment_plans(context.instance, state, name)]
+        run_requests = _run_requests(state, plans, world_store, context.log.warning)
+        partitions = _partition_requests(context.instance, plans)
+        if run_requests or partitions:
+            return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
+        while _last_change(context.instance, state) == seen:
+            if time.monotonic() > deadline:
+                return dg.SkipReason("no experiment needs a run")
+            time.sleep(POLL_S)
 
 
 def _watched(state: Stores) -> list[str]:
@@ -153,14 +184,11 @@ def _watched(state: Stores) -> list[str]:
 
 
 @dg.sensor(
-    jobs=[judge_job, train_job],
     minimum_interval_seconds=10,
     default_status=dg.DefaultSensorStatus.STOPPED,
     description=f"Re-scores the experiments in ${RESCORE_EXPERIMENTS_ENV} when a new rubric appears in the registry.",
 )
-def rubric_sensor(
-    context: dg.SensorEvaluationContext, stores: StoresResource, world_store: dg.ResourceParam[Any]
-) -> dg.SensorResult | dg.SkipReason:
+def rubric_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -> dg.SensorResult | dg.SkipReason:
     state = stores.stores
     registry = state.rubrics
     current = {name: r.content_hash for name, r in registry.all().items()}
@@ -173,24 +201,12 @@ def rubric_sensor(
     new = sorted(name for name in current if name not in seen)
     if not new:
         return dg.SkipReason("no new rubric")
-
-    def rescorings(name: str) -> list[Plan]:
-        config = state.experiments.get(name)
-        if not plan(context.instance, state, config).done:
+    for name in _watched(state):
+        if not plan(context.instance, state, state.experiments.get(name)).done:
             context.log.info(f"{name} is still training; re-score it once it is done")
-            return []
-        plans = []
+            continue
         for rubric in new:
             state.rubrics.get(rubric)  # pin the rubric's hash before anything is judged with it
             state.scorings.request(name, rubric, requested_by="rubric_sensor")
-            context.log.info(f"re-scoring {name} with the new rubric {rubric}")
-            plans.append(plan(context.instance, state, config, rubric))
-        return plans
-
-    run_requests, plans = _planned_requests(state, _watched(state), rescorings, world_store, context.log.warning)
-    return dg.SensorResult(
-        run_requests=run_requests,
-        dynamic_partitions_requests=_partition_requests(context.instance, plans),
-        cursor=json.dumps(current),
-        asset_events=[observation],
-    )
+            context.log.info(f"re-scoring {name} with the new rubric {rubric}; the driver sensor launches it")
+    return dg.SensorResult(cursor=json.dumps(current), asset_events=[observation])

@@ -12,6 +12,7 @@ from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.attempts import AttemptLog
 from rl_assets.stores.damage import DamageLog
 from rl_assets.stores.database import Database
+from rl_assets.stores.drives import DriveRequests
 from rl_assets.stores.experiments import ExperimentStore
 from rl_assets.stores.model_calls import ModelCallLedger
 from rl_assets.stores.rubrics import RubricRegistry
@@ -55,6 +56,10 @@ class Stores:
     @cached_property
     def rubrics(self) -> RubricRegistry:
         return RubricRegistry(self.home / "rubrics", self.db)
+
+    @cached_property
+    def drives(self) -> DriveRequests:
+        return DriveRequests(self.db)
 
     @cached_property
     def scorings(self) -> ScoringRequests:

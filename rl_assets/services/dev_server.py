@@ -1,17 +1,20 @@
-"""``rl-assets dev``: the Dagster UI and daemon of a home, under a supervisor that ends them.
+"""``rl-assets dev``: the Dagster UI of a home, under a supervisor that ends it.
 
-``dagster dev`` alone does not stop on SIGTERM: its webserver, daemon and code
-servers stay up. So the CLI does not exec it: it runs it as the leader of a
-new session (recorded in ``services/dev.session``) and waits. On SIGTERM,
-SIGINT (Ctrl-C, which the terminal no longer delivers to the UI's own
-session) or SIGHUP it asks ``dagster dev`` to shut down the way Ctrl-C does,
-then ends whatever is left in the session (code servers, gRPC servers, runs
-the UI launched) and checks that nothing is left and the UI's port is free.
+The UI is ``dagster-webserver`` on the home's workspace; the daemon that
+drives experiments and launches the UI's runs is the home's own
+(:mod:`rl_assets.services.daemon`), not a second one: two daemons would each
+run the driver sensor. The webserver alone does not stop its code servers on
+SIGTERM, so the CLI does not exec it: it runs it as the leader of a new
+session (recorded in ``services/dev.session``) and waits. On SIGTERM, SIGINT
+(Ctrl-C, which the terminal no longer delivers to the UI's own session) or
+SIGHUP it asks the webserver to shut down the way Ctrl-C does, then ends
+whatever is left in the session (code servers) and checks that nothing is
+left and the UI's port is free.
 
-The rule: ``dev`` ends everything *it* started. The home's Postgres and Ray
-head belong to the home, not to ``dev`` (a ``train`` of the same home may be
-using them): ``dev`` starts them if they are down, leaves them running, and
-``rl-assets stop`` ends them (and a ``dev`` whose supervisor was SIGKILLed).
+The rule: ``dev`` ends everything *it* started. The home's Postgres, Ray head
+and daemon belong to the home, not to ``dev`` (a ``train`` of the same home
+may be using them): ``dev`` starts them if they are down, leaves them running,
+and ``rl-assets stop`` ends them (and a ``dev`` whose supervisor was SIGKILLed).
 """
 
 from __future__ import annotations
@@ -21,18 +24,20 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 
-from rl_assets.home import Home, HomeError, ensure_private_dir
+from rl_assets.home import Home, HomeError
+from rl_assets.services.daemon import LocalDaemon
 from rl_assets.services.processes import Session, wait_ports_closed
 
 GRACE_S = 10.0
-"""How long ``dagster dev`` gets to shut down by itself before its session is ended."""
+"""How long the webserver gets to shut down by itself before its session is ended."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class DevServer:
-    """Run, and end, the ``dagster dev`` process tree of a home."""
+    """Run, and end, the webserver process tree of a home."""
 
     def __init__(self, home: Home) -> None:
         self.home = home
@@ -42,7 +47,7 @@ class DevServer:
         return Session.load(self.session_file)
 
     def run(self, host: str, port: int) -> int:
-        """Serve until ``dagster dev`` exits or a stop signal arrives; then end its whole session."""
+        """Serve until the webserver exits or a stop signal arrives; then end its whole session."""
         running = self.session()
         if running is not None and running.members():
             raise HomeError(f"rl-assets dev is already running for home {self.home.root} (session {running.sid})")
@@ -52,10 +57,12 @@ class DevServer:
             received.append(signum)
 
         previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
-        cmd = [sys.executable, "-m", "dagster", "dev", "-m", "rl_assets.definitions", "-h", host, "-p", str(port)]
+        workspace = LocalDaemon(self.home).write_workspace()
+        webserver = str(Path(sys.executable).with_name("dagster-webserver"))
+        cmd = [webserver, "-w", str(workspace), "-h", host, "-p", str(port)]
         print(f"Dagster UI on http://{host}:{port} for home {self.home.root}", file=sys.stderr)
         # Dagster's code servers listen on unix sockets in the temp folder: make that a private one.
-        env = {**os.environ, "TMPDIR": str(ensure_private_dir(self.home.runtime / "dev"))}
+        env = {**os.environ, **self.home.private_tmp_env("dev")}
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         session = Session.led_by(proc.pid)
         session.save(self.session_file)
@@ -69,15 +76,16 @@ class DevServer:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         print(
-            "rl-assets dev: stopped; the home's Postgres and Ray head keep running (`rl-assets stop` ends them)",
+            "rl-assets dev: stopped; the home's Postgres, Ray head and daemon keep running "
+            "(`rl-assets stop` ends them)",
             file=sys.stderr,
         )
         return 0 if received else (proc.returncode or 0)
 
     def _shut_down(self, proc: subprocess.Popen, session: Session, port: int) -> None:
-        tree = session.members()  # now, while dagster dev can still name its children
+        tree = session.members()  # now, while the webserver can still name its children
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # dagster dev's own Ctrl-C path: stops webserver and daemon
+            proc.send_signal(signal.SIGINT)  # the webserver's own Ctrl-C path
             try:
                 proc.wait(timeout=GRACE_S)
             except subprocess.TimeoutExpired:

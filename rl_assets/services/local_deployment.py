@@ -1,6 +1,6 @@
 """The local deployment of a home: services up, environment exported.
 
-Every process rl-assets starts (driver, run workers, step processes, the
+Every process rl-assets starts (the daemon, run workers, step processes, the
 Dagster UI) gets its configuration from the environment this module builds,
 so they all agree on one Postgres, one Ray head and one home.
 """
@@ -11,6 +11,7 @@ import hashlib
 import os
 
 from rl_assets.home import HOME_ENV, Home, ensure_private_dir, remove_private_dir
+from rl_assets.services.daemon import LocalDaemon
 from rl_assets.services.dev_server import DevServer
 from rl_assets.services.postgres import EmbeddedPostgres
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead, client_env
@@ -31,8 +32,8 @@ storage:
       db_name: {env: DAGSTER_PG_DB}
       scheme: postgresql+psycopg2
 concurrency:
-  # Runs launched from the UI, sensors and backfills wait in the daemon's queue.
-  # (The CLI driver launches its own runs and bounds them with --max-concurrent-trials.)
+  # Every run (the driver sensor's, the launchpad's, a backfill's) waits in the daemon's queue;
+  # the driver sensor also bounds each experiment's trials in flight (--max-concurrent-trials).
   runs:
     max_concurrent_runs: 16
     tag_concurrency_limits:
@@ -73,6 +74,7 @@ class LocalDeployment:
         self.postgres = EmbeddedPostgres(home)
         self.ray = LocalRayHead(home)
         self.dev = DevServer(home)
+        self.daemon = LocalDaemon(home)
 
     def namespace(self) -> str:
         return "rl-assets-" + hashlib.sha256(str(self.home.root).encode()).hexdigest()[:10]
@@ -82,10 +84,11 @@ class LocalDeployment:
         self.postgres.check()
         ensure_private_dir(self.home.runtime)
 
-    def up(self, with_ray: bool = True) -> dict[str, str]:
+    def up(self, with_ray: bool = True, with_daemon: bool = False) -> dict[str, str]:
         """Start what is not running; export and return the environment.
 
         Postgres first: it refuses an unreachable home before anything is created.
+        The daemon last, in the environment exported here: it drives the home's experiments.
         """
         pg_env = self.postgres.ensure_running().env()
         (self.home.dagster_home / "dagster.yaml").write_text(DAGSTER_YAML)
@@ -99,6 +102,8 @@ class LocalDeployment:
         if with_ray:
             env[RAY_ADDRESS_ENV] = self.ray.ensure_running()
         os.environ.update(env)
+        if with_daemon:
+            self.daemon.ensure_running()
         return env
 
     def down(self) -> list[str]:
@@ -110,6 +115,8 @@ class LocalDeployment:
         stopped = []
         if self.dev.stop():
             stopped.append("dev server")
+        if self.daemon.stop():
+            stopped.append("daemon")
         if end_run_workers(self.home):
             stopped.append("run workers")
         if self.ray.stop():
@@ -121,4 +128,9 @@ class LocalDeployment:
 
     def sessions(self) -> dict[str, object]:
         """The recorded session of each service: the home's handle on its processes."""
-        return {"dev": self.dev.session(), "ray": self.ray.session(), "postgres": self.postgres.session()}
+        return {
+            "dev": self.dev.session(),
+            "daemon": self.daemon.session(),
+            "ray": self.ray.session(),
+            "postgres": self.postgres.session(),
+        }

@@ -82,9 +82,18 @@ class AttemptLog:
             return {t: f"{phase}: {error}" for t, phase, error in cur.fetchall()}
 
     def record_driver_attempt(self, experiment: str, pid: int) -> int:
+        """Record that the driver process ``pid`` drives ``experiment`` (once per pid); its attempt number."""
         with self.db.transaction() as cur:
-            cur.execute("INSERT INTO rl_driver_attempts (experiment, pid) VALUES (%s, %s)", (experiment, pid))
-            cur.execute("SELECT count(*) FROM rl_driver_attempts WHERE experiment = %s", (experiment,))
+            cur.execute(
+                "INSERT INTO rl_driver_attempts (experiment, pid) SELECT %s, %s WHERE NOT EXISTS "
+                "(SELECT 1 FROM rl_driver_attempts WHERE experiment = %s AND pid = %s)",
+                (experiment, pid, experiment, pid),
+            )
+            cur.execute(
+                "SELECT count(*) FROM rl_driver_attempts WHERE experiment = %s AND started_at <= "
+                "(SELECT max(started_at) FROM rl_driver_attempts WHERE experiment = %s AND pid = %s)",
+                (experiment, experiment, pid),
+            )
             return cur.fetchone()[0]
 
     def counts(self, experiment: str) -> dict[str, int]:
