@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,9 @@ from rl_assets.definitions import defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.driver.planner import plan
 from rl_assets.driver.sensor import RESCORE_EXPERIMENTS_ENV
+from rl_assets.home import Home
 from rl_assets.results import experiment_result
+from rl_assets.services.daemon import LocalDaemon
 from rl_assets.stores.rubrics import parse_rubric_file
 from rl_assets.testing.expectations import cli_args, rescored_expectation, run_cli, table_of, train_json
 
@@ -50,29 +51,32 @@ def _wait(condition, what: str, timeout: float = 300.0):
 
 
 @pytest.fixture(scope="module")
-def daemon(home: Path) -> Iterator[subprocess.Popen]:
+def daemon(home: Path) -> Iterator[LocalDaemon]:
+    """The home's daemon, restarted with the rubric sensor on and watching this module's experiment."""
     train_json(home, *cli_args(NAME, FIELDS))
-    env = {**os.environ, RESCORE_EXPERIMENTS_ENV: NAME}
-    workspace = ["-w", str(REPO / "workspace.yaml")]
-    subprocess.run(
-        [sys.executable, "-m", "dagster", "sensor", "start", "rubric_sensor", *workspace],
-        env=env,
-        check=True,
-        capture_output=True,
-        cwd=REPO,
-    )
-    with open(home / "logs" / "daemon.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dagster._daemon", "run", *workspace],
-            env=env,
-            stdout=log,
-            stderr=log,
-            cwd=REPO,
-            start_new_session=True,
+    daemon = LocalDaemon(Home(home))
+    workspace = ["-w", str(daemon.write_workspace())]
+    daemon.stop()
+    os.environ[RESCORE_EXPERIMENTS_ENV] = NAME
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "dagster", "sensor", "start", "rubric_sensor", *workspace],
+            check=True,
+            capture_output=True,
+            cwd=home,
         )
-    yield proc
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+        daemon.ensure_running()
+        yield daemon
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "dagster", "sensor", "stop", "rubric_sensor", *workspace],
+            check=True,
+            capture_output=True,
+            cwd=home,
+        )
+        del os.environ[RESCORE_EXPERIMENTS_ENV]
+        daemon.stop()
+        daemon.ensure_running()
 
 
 def test_a_ui_backfill_of_rewards_and_weights_rescores_in_step_order(home, daemon, stores, instance):

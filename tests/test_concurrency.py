@@ -1,8 +1,9 @@
 """Two ``train`` commands on one experiment at once: exactly one trains, the other exits with a clear message.
 
-The driver holds a Postgres advisory lock per experiment for its life; a second driver finds it taken and
-exits ``EXIT_BUSY``, which its CLI reports as an error naming the experiment. Nothing is executed twice:
-one rollout and one judge call per trial, one training application per step, one driver attempt.
+A following command holds a Postgres advisory lock per experiment while it follows; a second one finds it
+taken and exits with an error naming the experiment. The home's services start once (a file lock), so there
+is one daemon, one driver. Nothing is executed twice: one rollout and one judge call per trial, one training
+application per step, one driver attempt.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.testing.expectations import oracle_expectation, table_of
 from rl_assets.testing.kills import Evidence, Train, Watch, run_train, train_args
 
-EXIT_USAGE = 2  # what the CLI makes of its driver's EXIT_BUSY (see rl_assets.cli._supervise)
+EXIT_USAGE = 2  # the refusal (see rl_assets.cli._follow)
 
 
 def test_two_trains_of_one_experiment_at_once_execute_each_unit_once(home, stores, instance):

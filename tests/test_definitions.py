@@ -9,6 +9,7 @@ from rl_assets.assets.partitions import parse_trial_partition, partitions_to_add
 from rl_assets.definitions import defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
+from rl_assets.driver.planner import plan
 from rl_assets.stores.experiments import UnknownExperimentError
 
 
@@ -116,6 +117,7 @@ def test_launchpad_records_the_experiment(home, stores, instance):
     )
     assert result.success
     assert stores.experiments.get("from-ui") == ExperimentConfig(name="from-ui", steps=1, prompts=1)
+    assert "from-ui" in stores.drives.driven(), "the launchpad asks the driver sensor to train it"
 
 
 def test_launchpad_injects_faults_and_refuses_a_bad_rate(home, stores, instance):
@@ -140,20 +142,23 @@ def test_launchpad_injects_faults_and_refuses_a_bad_rate(home, stores, instance)
 
 
 def test_sensor_plans_deterministic_run_requests_for_an_unstarted_experiment(home, stores, instance):
+    """What a driver tick requests for an experiment, computed twice from the same state, is the same."""
+    from rl_assets.driver.sensor import partition_requests_of, run_requests_of
+
     config = ExperimentConfig(name="sensed", steps=1, worlds=1, prompts=2, samples=1)
-    stores.experiments.create_or_resume(config, Runtime())
-    sensor = defs.resolve_sensor_def("driver_sensor")
-    resources = {"stores": defs.resources["stores"], "world_store": defs.resources["world_store"]}
-    with dg.build_sensor_context(instance=instance, definitions=defs, resources=resources) as context:
-        first = sensor(context)
-    with dg.build_sensor_context(instance=instance, definitions=defs, resources=resources) as context:
-        second = sensor(context)
-    keys = sorted(r.run_key for r in first.run_requests if r.tags.get("rl/experiment") == "sensed")
-    assert keys and keys == sorted(r.run_key for r in second.run_requests if r.tags.get("rl/experiment") == "sensed")
-    jobs = {r.job_name for r in first.run_requests if r.tags.get("rl/experiment") == "sensed"}
+    stores.experiments.create_or_resume(config, Runtime())  # recorded, not requested: no daemon drives it
+    world_store = defs.resources["world_store"]
+
+    def tick() -> tuple[list[dg.RunRequest], list[dg.AddDynamicPartitionsRequest]]:
+        plans = [plan(instance, stores, config)]
+        return run_requests_of(stores, plans, world_store, print), partition_requests_of(instance, plans)
+
+    (first, partitions), (second, _) = tick(), tick()
+    keys = sorted(r.run_key for r in first)
+    assert keys and keys == sorted(r.run_key for r in second)
     built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
-    assert jobs == ({"trial_job"} if "w0" in built else {"world_job"})
-    added = {(r.partitions_def_name, k) for r in first.dynamic_partitions_requests for k in r.partition_keys}
+    assert {r.job_name for r in first} == ({"trial_job"} if "w0" in built else {"world_job"})
+    added = {(r.partitions_def_name, k) for r in partitions for k in r.partition_keys}
     if "w0" not in built and not instance.has_dynamic_partition("world", "w0"):
         assert ("world", "w0") in added  # worlds first; the step opens once they are built
     elif "w0" in built and not instance.has_dynamic_partition("step", "sensed/s0"):

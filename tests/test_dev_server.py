@@ -1,9 +1,9 @@
 """``rl-assets dev`` ends every process it started on SIGTERM and on Ctrl-C (SIGINT).
 
-A real ``dagster dev`` (webserver, daemon, code servers) is started through the
-CLI, waited for until its UI answers, and signalled; every process of its
-tree and of its session must then be gone within a bound, and its port free.
-The home's Postgres and Ray head are the home's, not ``dev``'s: they stay.
+A real Dagster webserver (and its code server) is started through the CLI,
+waited for until its UI answers, and signalled; every process of its tree and
+of its session must then be gone within a bound, and its port free. The
+home's Postgres, Ray head and daemon are the home's, not ``dev``'s: they stay.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from rl_assets.home import Home
+from rl_assets.services.daemon import LocalDaemon
 from rl_assets.services.dev_server import DevServer
 from rl_assets.services.processes import free_loopback_port, port_is_open
 
@@ -92,6 +93,7 @@ def test_dev_ends_everything_it_started(home: Path, stop_signal: signal.Signals)
         gcs_port = int(os.environ["RL_ASSETS_RAY_ADDRESS"].rsplit(":", 1)[1])
         for name, service_port in (("Postgres", int(os.environ["DAGSTER_PG_PORT"])), ("Ray head", gcs_port)):
             assert port_is_open(service_port), f"the home's {name} belongs to the home: dev must leave it running"
+        assert LocalDaemon(Home(home)).process() is not None, "dev starts the home's daemon and leaves it running"
     finally:
         if dev.poll() is None:
             dev.kill()

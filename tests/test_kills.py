@@ -105,14 +105,14 @@ def assert_reaped(watch: Watch, run_ids: list[str]) -> None:
 
 
 def test_sigkill_of_the_whole_train_tree_at_a_seeded_point(home, watch_of, started):
-    """CLI, driver, forkserver, run workers and sandboxes all die at once; a plain rerun finishes the job."""
+    """CLI, daemon (code server, forkserver), run workers and sandboxes all die at once; a rerun finishes the job."""
     config = ExperimentConfig(name="kill-tree", steps=2, worlds=1, prompts=1, samples=2)
     args = train_args(config, {"tool_latency": 0.2, "judge_latency": 0.5})
     watch = watch_of(config)
     point = random_kill_point(random.Random(TREE_KILL_SEED), config)
     train = started(home, args)
     landed = kill("tree", train, watch, home, after_progress=point)
-    assert train.proc.returncode == -9 and len(landed.pids) >= 2, landed  # the CLI and at least its driver
+    assert train.proc.returncode == -9 and len(landed.pids) >= 2, landed  # the CLI and at least the daemon
 
     result = rerun(home, args)
     assert_clean(result, config)
@@ -228,7 +228,7 @@ def test_sigkill_of_the_ray_head_mid_run(home, watch_of, started):
 
 
 def test_a_run_left_started_by_a_killed_worker_is_reaped_by_the_next_driver(home, watch_of, started):
-    """Driver and worker die together: the run stays STARTED until the next driver marks it failed and redoes it."""
+    """Daemon and worker die together: the run stays STARTED until the next daemon fails it and runs it again."""
     config = ExperimentConfig(name="kill-reap", steps=1, worlds=1, prompts=1, samples=2)
     args = train_args(config, {"tool_latency": 0.5})
     watch = watch_of(config)
@@ -236,12 +236,12 @@ def test_a_run_left_started_by_a_killed_worker_is_reaped_by_the_next_driver(home
     worker, run_id, trial_id = wait_for(
         lambda: target_worker(watch, "trial"), "a rollout with its sandbox up", while_running=train.proc
     )
-    driver = driver_of(train)
+    driver = driver_of(home)
     assert driver is not None
     sigkill([driver, worker])
-    assert watch.run_status(run_id) == DagsterRunStatus.STARTED, "nothing but a driver marks a dead run"
+    assert watch.run_status(run_id) == DagsterRunStatus.STARTED, "nothing but the daemon marks a dead run"
 
-    result = finished(train)  # the CLI starts a second driver, which reaps the run
+    result = finished(train)  # the CLI starts the daemon again; its run monitoring fails the run
     assert result["counts"]["driver_attempts"] == 2
     assert_reaped(watch, [run_id])
     assert watch.trial_key(trial_id) in watch.rewarded(), "the unit was finished"

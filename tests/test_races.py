@@ -1,9 +1,9 @@
 """Races between writers, each forced into its window deterministically, with real processes, Postgres and files.
 
-- the driver sensor's tick and a CLI driver: the sensor's requested runs count as in flight until the daemon
-  has created them, and a CLI driver starting during a tick waits for it instead of planning the same units;
-- a driver SIGKILLed the moment its run worker exists: the worker has tagged the run itself, so the run is
-  seen alive and is not reaped;
+- run monitoring and run retries against the driver: a failed run that Dagster will retry stays in flight
+  until its retry exists, so the driver never launches the same unit beside it;
+- a launcher SIGKILLed the moment its run worker exists: the worker has tagged the run itself, so the run is
+  seen alive by run monitoring;
 - two writers of one training step: both return the policy the ledger holds;
 - artifact writes from two processes that both have pid 1 (pid namespaces, as pods sharing a volume);
 - two builds of one world at once: built once.
@@ -20,27 +20,23 @@ import threading
 from pathlib import Path
 from typing import ClassVar
 
-import dagster as dg
 import ray
 from dagster import DagsterRunStatus, RunsFilter
 from pydantic import BaseModel
 
 import rl_assets.worlds
-from rl_assets.definitions import RECONSTRUCTABLE_JOBS
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.domain.runtime import Runtime
+from rl_assets.driver.planner import PARENT_RUN_TAG, WILL_RETRY_TAG, Launch, plan
 from rl_assets.driver.run_worker import TEST_GATE_ENV
-from rl_assets.driver.runs import LAUNCHED_BY_TAG, TEST_DIE_AFTER_WORKER_START_ENV, reap_dead_runs
-from rl_assets.driver.sensor import driver_sensor
-from rl_assets.environment import resources
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.services.processes import identity_alive
-from rl_assets.stores import sensor_requests
 from rl_assets.stores.artifacts import ArtifactStore
-from rl_assets.stores.locks import LockSpace, driver_lock
+from rl_assets.stores.locks import LockSpace
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
 from rl_assets.testing.kills import wait_for
+from rl_assets.testing.runs import TEST_DIE_AFTER_WORKER_START_ENV, create_run
 from rl_assets.worlds import LocalWorlds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,127 +49,63 @@ def _register(stores, name: str) -> ExperimentConfig:
     return config
 
 
-def _start_driver(home: Path, name: str, log: Path, **env: str) -> subprocess.Popen:
-    with open(log, "wb") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "rl_assets.driver.loop", name],
-            env={**os.environ, "RL_ASSETS_HOME": str(home), **env},
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            cwd=REPO,
-        )
-
-
 def _runs(instance, name: str):
     return instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: name}))
 
 
-def _one_run_per_unit(instance, name: str) -> None:
-    runs = _runs(instance, name)
-    units = [(r.job_name, r.tags[PARTITION_TAG]) for r in runs]
-    described = sorted(
-        (r.job_name, r.tags[PARTITION_TAG], r.status.value, r.tags.get(LAUNCHED_BY_TAG, "")) for r in runs
-    )
-    assert sorted(units) == sorted(set(units)), f"a unit ran twice: {described}"
+def _world_run(instance, stores, config: ExperimentConfig):
+    """A run of the experiment's first unit (its world build), created as the daemon creates a requested one."""
+    (launch,) = plan(instance, stores, config).launches
+    return create_run(instance, launch)
 
 
-def _launch_as_the_daemon_does(instance, request: dg.RunRequest, log: Path) -> str:
-    """Stand-in for the daemon's submission of a sensor's request: create the run with the request's tags, execute it.
+def test_a_failed_run_that_dagster_will_retry_stays_in_flight_until_its_retry_exists(home, stores, instance):
+    """Run monitoring fails a dead worker's run and run retries launch it again: the driver launches nothing."""
+    config = _register(stores, "race-run-retry")
+    failed = _world_run(instance, stores, config)
+    instance.report_run_failed(failed, "the run's worker process died")
+    instance.add_run_tags(failed.run_id, {WILL_RETRY_TAG: "true"})
+    assert plan(instance, stores, config).launches == [], "the pending retry is in flight"
 
-    The daemon itself would do this at a moment of its choosing; here the moment is the test's, so the
-    window between the tick and the run's creation is held open deterministically.
-    """
-    recon = dg.reconstructable(RECONSTRUCTABLE_JOBS[request.job_name])
-    job_def = recon.get_definition()
-    run = instance.create_run_for_job(
-        job_def=job_def, tags={**job_def.tags, **request.tags}, job_code_origin=recon.get_python_origin()
-    )
-    with open(log, "ab") as out:
-        subprocess.Popen(
-            [sys.executable, "-m", "rl_assets.driver.run_worker", run.run_id],
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            cwd=REPO,
-        )
-    return run.run_id
+    retry = create_run(instance, plan_launch_of(failed))
+    instance.add_run_tags(retry.run_id, {PARENT_RUN_TAG: failed.run_id})
+    assert plan(instance, stores, config).launches == [], "the retry itself is in flight"
+
+    instance.report_run_failed(instance.get_run_by_id(retry.run_id), "failed again")
+    instance.add_run_tags(retry.run_id, {WILL_RETRY_TAG: "false"})
+    (launch,) = plan(instance, stores, config).launches
+    assert (launch.job, launch.failures, launch.generation) == (failed.job_name, 2, 2), "no retry left: the driver's"
 
 
-def test_runs_the_sensor_requested_are_in_flight_for_a_cli_driver_until_the_daemon_creates_them(
-    home, stores, instance, tmp_path
-):
-    name = "race-sensor-requests"
-    _register(stores, name)
-    with dg.build_sensor_context(instance=instance, resources=resources()) as context:
-        result = driver_sensor(context)  # the tick: requests returned, no run created yet
-    requests = result.run_requests
-    assert requests and not _runs(instance, name)
-
-    log = tmp_path / "driver.err"
-    driver = _start_driver(home, name, log)
-    try:
-        wait_for(
-            lambda: "runs the driver sensor requested" in log.read_text() or _runs(instance, name),
-            "the CLI driver waiting for the sensor's requests, or launching their units itself",
-            while_running=driver,
-        )
-        assert not _runs(instance, name), "the CLI driver launched units the sensor had requested"
-        for request in requests:
-            _launch_as_the_daemon_does(instance, request, tmp_path / "daemon-runs.log")
-        assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    _one_run_per_unit(instance, name)
-    assert stores.training.get(name, "v1", 0) is not None, (tmp_path / "daemon-runs.log").read_text()[-3000:]
+def plan_launch_of(run):
+    """The launch a run was created from: the same job, partition and tags (as a retry copies them)."""
+    return Launch(run.job_name, run.tags[PARTITION_TAG], {k: v for k, v in run.tags.items() if k.startswith("rl/")}, 1)
 
 
-def test_a_cli_driver_starting_during_a_sensor_tick_waits_for_it_instead_of_giving_up(home, stores, instance, tmp_path):
-    name = "race-sensor-tick"
-    _register(stores, name)
-    log = tmp_path / "driver.err"
-    with stores.db.transaction() as cur:
-        lock = driver_lock(cur, name)
-    with sensor_requests.planning_lock(stores.db, lock) as tick:  # a tick planning this experiment
-        assert tick is not None
-        driver = _start_driver(home, name, log)
-        try:
-            wait_for(
-                lambda: "a driver sensor tick is planning" in log.read_text(),
-                "the CLI driver waiting for the tick",
-                while_running=driver,
-            )
-        except BaseException:
-            driver.kill()
-            raise
-    try:
-        assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    assert "another driver" not in log.read_text()
-    _one_run_per_unit(instance, name)
-
-
-def test_a_live_run_whose_driver_died_as_its_worker_started_is_not_reaped(home, stores, instance, tmp_path):
-    name = "race-worker-tag"
-    _register(stores, name)
+def test_a_live_run_whose_launcher_died_as_its_worker_started_is_healthy(home, stores, instance, tmp_path):
+    """The worker tags the run itself before anything else: run monitoring sees it alive, not dead."""
+    config = _register(stores, "race-worker-tag")
+    run = _world_run(instance, stores, config)
     gate = tmp_path / "gate"
-    driver = _start_driver(
-        home, name, tmp_path / "driver.err", **{TEST_DIE_AFTER_WORKER_START_ENV: "1", TEST_GATE_ENV: str(gate)}
+    launcher = subprocess.run(
+        [sys.executable, "-c", f"from rl_assets.testing.runs import relaunch; relaunch({run.run_id!r})"],
+        env={**os.environ, TEST_DIE_AFTER_WORKER_START_ENV: "1", TEST_GATE_ENV: str(gate)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
     )
-    assert driver.wait(timeout=300) == -signal.SIGKILL, (tmp_path / "driver.err").read_text()[-3000:]
-    (run,) = _runs(instance, name)
+    assert launcher.returncode == -signal.SIGKILL, launcher.stderr[-3000:]
 
     tagged = wait_for(
         lambda: instance.get_run_by_id(run.run_id).tags.get(WORKER_PID_TAG),
-        "the worker's own pid tag on its run (its driver never got to write one)",
+        "the worker's own pid tag on its run (its launcher never got to write one)",
         timeout=120,
     )
     assert identity_alive(tagged)
-    assert reap_dead_runs(instance, name, unclaimed_grace_s=0) == [], "a live run was reaped"
-    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.NOT_STARTED
+    health = instance.run_launcher.check_run_worker_health(instance.get_run_by_id(run.run_id))
+    assert health.status.value == "RUNNING", health
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTING
 
     gate.touch()  # the worker goes on to execute the run it claimed
     wait_for(
@@ -181,7 +113,6 @@ def test_a_live_run_whose_driver_died_as_its_worker_started_is_not_reaped(home, 
         "the worker finishing its run",
         timeout=600,
     )
-    assert instance.get_run_by_id(run.run_id).tags[LAUNCHED_BY_TAG] == "cli-driver"
 
 
 class _Record(BaseModel):

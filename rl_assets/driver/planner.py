@@ -32,6 +32,24 @@ ACTIVE_STATUSES = {
 }
 
 
+WILL_RETRY_TAG = "dagster/will_retry"
+PARENT_RUN_TAG = "dagster/parent_run_id"
+
+
+def in_flight(runs: list[DagsterRun]) -> bool:
+    """A unit has a run in flight: one active, or a failed one that Dagster's run retries will launch again.
+
+    A run whose worker died is failed by run monitoring and retried by the daemon (``run_retries``); until
+    the retry exists the failed run stands for it, or the driver would launch the unit a second time.
+    """
+    retried = {r.tags[PARENT_RUN_TAG] for r in runs if PARENT_RUN_TAG in r.tags}
+    return any(
+        r.status in ACTIVE_STATUSES
+        or (r.status == DagsterRunStatus.FAILURE and r.tags.get(WILL_RETRY_TAG) == "true" and r.run_id not in retried)
+        for r in runs
+    )
+
+
 TrialState = Literal["ok", "failed", "running", "pending"]
 UNIT_JOBS = ("trial_job", "judge_job")
 """Jobs of one trial: a trial given up on fails for good and its step trains without it."""
@@ -139,7 +157,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
     def run_counts(key: str) -> tuple[bool, int, int]:
         """(a run in flight, runs so far, runs failed since the last success) of one unit."""
         rs = by_unit.get((key, scoring.rubric), [])
-        return any(r.status in ACTIVE_STATUSES for r in rs), len(rs), _failures_since_success(rs)
+        return in_flight(rs), len(rs), _failures_since_success(rs)
 
     base_tags = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}
     launches: list[Launch] = []

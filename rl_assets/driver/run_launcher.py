@@ -81,4 +81,4 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
             return _HealthResult(_WorkerStatus.NOT_FOUND, "the run has no worker")
         if identity_alive(worker):
             return _HealthResult(_WorkerStatus.RUNNING, run_worker_id=worker)
-        return _HealthResult(_WorkerStatus.FAILED, f"its worker process {worker} died", run_worker_id=worker)
+        return _HealthResult(_WorkerStatus.FAILED, f"the run's worker process died ({worker})", run_worker_id=worker)

@@ -95,7 +95,7 @@ def _ensure_trainer_cluster(home: Home) -> None:
         head.ensure_running()
 
 
-def _run_requests(
+def run_requests_of(
     state: Stores, plans: list[Plan], world_store: Any, warn: Callable[[str], None]
 ) -> list[dg.RunRequest]:
     """The plans' launches as run requests: less the units given up on, at most the cap of trials in flight."""
@@ -127,7 +127,7 @@ def _run_requests(
     return requests
 
 
-def _partition_requests(instance: DagsterInstance, plans: list[Plan]) -> list[dg.AddDynamicPartitionsRequest]:
+def partition_requests_of(instance: DagsterInstance, plans: list[Plan]) -> list[dg.AddDynamicPartitionsRequest]:
     add: dict[str, set[str]] = {WORLD.name: set(), TRIAL_SLOT.name: set(), STEP.name: set()}
     for p in plans:
         add[WORLD.name].update(p.config.world_ids)
@@ -167,8 +167,8 @@ def driver_sensor(
     while True:
         seen = _last_change(context.instance, state)
         plans = [p for name in state.drives.driven() for p in _experiment_plans(context.instance, state, name)]
-        run_requests = _run_requests(state, plans, world_store, context.log.warning)
-        partitions = _partition_requests(context.instance, plans)
+        run_requests = run_requests_of(state, plans, world_store, context.log.warning)
+        partitions = partition_requests_of(context.instance, plans)
         if run_requests or partitions:
             return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
         while _last_change(context.instance, state) == seen:

@@ -63,7 +63,7 @@ class DevServer:
         print(f"Dagster UI on http://{host}:{port} for home {self.home.root}", file=sys.stderr)
         # Dagster's code servers listen on unix sockets in the temp folder: make that a private one.
         env = {**os.environ, **self.home.private_tmp_env("dev")}
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=self.home.root)
         session = Session.led_by(proc.pid)
         session.save(self.session_file)
         try:

@@ -14,6 +14,7 @@ from rl_assets.home import HOME_ENV, Home, ensure_private_dir, remove_private_di
 from rl_assets.services.daemon import LocalDaemon
 from rl_assets.services.dev_server import DevServer
 from rl_assets.services.postgres import EmbeddedPostgres
+from rl_assets.services.processes import file_lock
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead, client_env
 from rl_assets.services.run_workers import end_run_workers
 
@@ -90,6 +91,10 @@ class LocalDeployment:
         Postgres first: it refuses an unreachable home before anything is created.
         The daemon last, in the environment exported here: it drives the home's experiments.
         """
+        with file_lock(self.home.root / "services.lock"):
+            return self._up(with_ray, with_daemon)
+
+    def _up(self, with_ray: bool, with_daemon: bool) -> dict[str, str]:
         pg_env = self.postgres.ensure_running().env()
         (self.home.dagster_home / "dagster.yaml").write_text(DAGSTER_YAML)
         env = {

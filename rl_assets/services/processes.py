@@ -16,17 +16,35 @@ a session works for every user, and no process of ours leaves it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
 
 POLL_S = 0.1
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing): one starter of a service at a time.
+
+    Two commands starting on one home at once would otherwise both start its Postgres (racing in
+    ``initdb``) or both start a daemon (two drivers). The kernel drops the lock with its holder.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def free_loopback_port() -> int:

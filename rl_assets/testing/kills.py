@@ -4,16 +4,18 @@ Shared by ``tests/test_kills.py``, ``tests/test_concurrency.py`` and ``benchmark
 polls durable state (the ledgers in Postgres, Dagster's run storage) against a deadline: a kill lands where
 the records say the run is, never where a sleep hopes it is.
 
-The processes of one ``train``:
+The processes that train an experiment:
 
-- the CLI, and its children: the driver (``python -m rl_assets.driver.loop``) and the driver's forkserver;
-- run workers, forked by the forkserver into their own sessions (they outlive the driver): found by the
-  ``rl/worker_pid`` tag (``pid@start-time``) of the experiment's active runs, as the reaper finds them;
+- the ``train`` CLI, which follows and restarts a dead daemon;
+- the home's daemon, the driver: ``dagster-daemon`` and, in its session, its code server (where the driver
+  sensor runs) and the run launcher's forkserver;
+- run workers, forked by the forkserver into their own sessions (they outlive the daemon): found by the
+  ``rl/worker_pid`` tag (``pid@start-time``) of the experiment's active runs, as run monitoring finds them;
 - one sandbox per rollout attempt, a child of its worker (it dies with it: ``PR_SET_PDEATHSIG``).
 
-The home's services are never part of a train's tree: its Postgres (the postmaster names the data directory)
-and its Ray head (processes naming the head's temp dir, their descendants such as the trainer actor, and the
-head's Ray client server, which names the head's GCS port).
+The home's Postgres and Ray head are never part of that tree: its Postgres (the postmaster names the data
+directory) and its Ray head (processes naming the head's temp dir, their descendants such as the trainer
+actor, and the head's Ray client server, which names the head's GCS port).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.driver.planner import ACTIVE_STATUSES
 from rl_assets.home import Home
+from rl_assets.services.daemon import LocalDaemon
 from rl_assets.services.processes import processes_mentioning
 from rl_assets.services.ray_head import LocalRayHead
 from rl_assets.stores.database import Database
@@ -342,16 +345,18 @@ def sigkill(procs: Iterable[psutil.Process], timeout: float = 30) -> list[int]:
 
 
 def kill_train_tree(train: Train, watch: Watch, home: Path) -> list[int]:
-    """SIGKILL the whole tree of a ``train``: CLI first (it restarts no driver), then the driver and its
-    forkserver (they start no more workers), then every run worker of the experiment and its sandboxes.
+    """SIGKILL everything that trains the experiment: the CLI first (it restarts no daemon), then the daemon's
+    session (it launches no more workers), then every run worker of the experiment and its sandboxes.
 
-    A worker forked just before its driver died may be tagged on its run only later, so the experiment's
+    A worker forked just before its daemon died may be tagged on its run only later, so the experiment's
     active runs are scanned again until a pass finds no live worker.
     """
     services = service_pids(home)
     root = psutil.Process(train.proc.pid)
-    tree = [p for p in _descendants([root]) if p.pid not in services]
-    killed = sigkill(tree)
+    killed = sigkill([p for p in _descendants([root]) if p.pid not in services])
+    daemon = LocalDaemon(Home(home)).session()
+    tree = [p for p in _descendants(daemon.members() if daemon is not None else []) if p.pid not in services]
+    killed += sigkill(tree)
     train.proc.wait()
     for _ in range(20):
         workers = [w for w in (worker_of(r) for r in watch.active_runs()) if w is not None]
@@ -362,19 +367,9 @@ def kill_train_tree(train: Train, watch: Watch, home: Path) -> list[int]:
     return killed
 
 
-def driver_of(train: Train) -> psutil.Process | None:
-    """The CLI's live driver process."""
-    try:
-        children = psutil.Process(train.proc.pid).children()
-    except psutil.Error:
-        return None
-    for child in children:
-        try:
-            if "rl_assets.driver.loop" in child.cmdline() and alive(child):
-                return child
-        except psutil.Error:
-            continue
-    return None
+def driver_of(home: Path) -> psutil.Process | None:
+    """The home's live daemon, the driver."""
+    return LocalDaemon(Home(home)).process()
 
 
 def actor_process(pid: int) -> psutil.Process:

@@ -39,3 +39,11 @@ def launch_run(instance: DagsterInstance, run: DagsterRun) -> None:
     instance.launch_run(run.run_id, workspace)
     if os.environ.get(TEST_DIE_AFTER_WORKER_START_ENV):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def relaunch(run_id: str) -> None:
+    """Launch an existing run from a process of its own (``python -c``): a stand-in for the daemon's launch."""
+    with DagsterInstance.get() as instance:
+        run = instance.get_run_by_id(run_id)
+        assert run is not None, run_id
+        launch_run(instance, run)
