@@ -231,8 +231,7 @@ def _follow(home: Home, stores, config: ExperimentConfig, rubric: str | None = N
             for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks, home.tasks), config):
                 what = f"{damage.kind} {damage.partition_key}: {damage.detail}"
                 print(f"rl-assets: {what}; regenerating it", file=sys.stderr)
-            if rubric is None:
-                stores.drives.request(config.name, requested_by="cli")
+            stores.drives.request(config.name, requested_by="cli")
             starts = 0
             while not (p := current(instance)).done:
                 if stuck := stuck_units(p):

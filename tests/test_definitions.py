@@ -117,7 +117,7 @@ def test_launchpad_records_the_experiment(home, stores, instance):
     )
     assert result.success
     assert stores.experiments.get("from-ui") == ExperimentConfig(name="from-ui", steps=1, prompts=1)
-    assert "from-ui" in stores.drives.driven(), "the launchpad asks the driver sensor to train it"
+    assert "from-ui" in stores.drives.open(), "the launchpad asks the driver sensor to train it"
 
 
 def test_launchpad_injects_faults_and_refuses_a_bad_rate(home, stores, instance):

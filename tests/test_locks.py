@@ -254,7 +254,7 @@ def test_a_home_made_before_the_new_columns_gets_them_on_first_connection(home):
         assert ledger.billing("old-a")["outcomes"] == {DIED: 1}, "a claim left by the old code reads as it was"
         verdict, hit = ledger.judge_once("k", "old-a", "t", lambda: simulated_judge(sample_trajectory(), RUBRIC))
         assert not hit and ledger.billing("old-a")["extra_call_causes"] == {DIED: 1}
-        assert {"old-a", "old-b"} <= set(DriveRequests(db).driven()), "the daemon drives what a driver would have"
+        assert {"old-a", "old-b"} <= set(DriveRequests(db).open()), "the daemon drives what a driver would have"
         assert db.scalar(f"SELECT version_num FROM {migrations.VERSION_TABLE}") == migrations.head()
         assert db.scalar("SELECT to_regclass('alembic_version')") is None, "Dagster's version table is not ours"
         db.close()

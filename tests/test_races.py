@@ -86,16 +86,18 @@ def test_a_live_run_whose_launcher_died_as_its_worker_started_is_healthy(home, s
     """The worker tags the run itself before anything else: run monitoring sees it alive, not dead."""
     config = _register(stores, "race-worker-tag")
     run = _world_run(instance, stores, config)
-    gate = tmp_path / "gate"
-    launcher = subprocess.run(
-        [sys.executable, "-c", f"from rl_assets.testing.runs import relaunch; relaunch({run.run_id!r})"],
-        env={**os.environ, TEST_DIE_AFTER_WORKER_START_ENV: "1", TEST_GATE_ENV: str(gate)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert launcher.returncode == -signal.SIGKILL, launcher.stderr[-3000:]
+    gate, log = tmp_path / "gate", tmp_path / "launcher.err"
+    with open(log, "wb") as err:  # a file, not a pipe: the worker it leaves behind must not hold our pipe open
+        launcher = subprocess.run(
+            [sys.executable, "-c", f"from rl_assets.testing.runs import relaunch; relaunch({run.run_id!r})"],
+            env={**os.environ, TEST_DIE_AFTER_WORKER_START_ENV: "1", TEST_GATE_ENV: str(gate)},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+            cwd=REPO,
+        )
+    assert launcher.returncode == -signal.SIGKILL, log.read_text()[-3000:]
 
     tagged = wait_for(
         lambda: instance.get_run_by_id(run.run_id).tags.get(WORKER_PID_TAG),

@@ -190,6 +190,7 @@ def rescore_experiment(context: dg.OpExecutionContext, config: RescoreExperiment
         raise _refuse(f"rubric: {err}") from None
     _check_kind(rubric, recorded)
     new = state.scorings.request(experiment, rubric.name, requested_by=f"launchpad run {context.run_id}")
+    state.drives.request(experiment, requested_by=f"launchpad run {context.run_id}")
     status = "requested" if new else "already requested"
     context.log.info(f"re-scoring of {experiment} with {rubric.name} {status}")
 

@@ -1,7 +1,7 @@
 """The driver: the daemon's sensors are the only thing that launches an experiment's runs.
 
-``driver_sensor`` plans every requested experiment (:mod:`rl_assets.stores.drives`)
-and every requested re-scoring, and requests their runs with deterministic
+``driver_sensor`` plans every open drive request (:mod:`rl_assets.stores.drives`):
+the experiment, then its requested re-scorings, and requests their runs with deterministic
 run keys (job, partition, rubric, generation), so a second tick, or a second
 daemon, never launches the same unit twice. Needed dynamic partitions are
 added in the same tick, before the runs. It caps each experiment's trials in
@@ -76,12 +76,25 @@ def _experiment_plans(instance: DagsterInstance, state: Stores, name: str) -> li
     """The unfinished plans of an experiment: its own, or once that is done, its requested re-scorings."""
     config = state.experiments.get(name)
     own = plan(instance, state, config)
-    _driver_attempt(state, name)
-    _crash_if_injected(state, own)
     plans = [own]
     if own.done:
         plans += [plan(instance, state, config, rubric) for rubric in state.scorings.requested(name)]
-    return [p for p in plans if not p.done]
+    unfinished = [p for p in plans if not p.done]
+    if unfinished:
+        _driver_attempt(state, name)
+        _crash_if_injected(state, own)
+    return unfinished
+
+
+def _open_plans(instance: DagsterInstance, state: Stores) -> list[Plan]:
+    """The unfinished plans of every open drive request; a request found done is closed."""
+    plans = []
+    for name, requested_at in state.drives.open().items():
+        unfinished = _experiment_plans(instance, state, name)
+        if not unfinished:
+            state.drives.close(name, requested_at)
+        plans += unfinished
+    return plans
 
 
 def _ensure_trainer_cluster(home: Home) -> None:
@@ -166,7 +179,7 @@ def driver_sensor(
     deadline = time.monotonic() + LONG_POLL_S
     while True:
         seen = _last_change(context.instance, state)
-        plans = [p for name in state.drives.driven() for p in _experiment_plans(context.instance, state, name)]
+        plans = _open_plans(context.instance, state)
         run_requests = run_requests_of(state, plans, world_store, context.log.warning)
         partitions = partition_requests_of(context.instance, plans)
         if run_requests or partitions:
@@ -208,5 +221,6 @@ def rubric_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -
         for rubric in new:
             state.rubrics.get(rubric)  # pin the rubric's hash before anything is judged with it
             state.scorings.request(name, rubric, requested_by="rubric_sensor")
+            state.drives.request(name, requested_by="rubric_sensor")
             context.log.info(f"re-scoring {name} with the new rubric {rubric}; the driver sensor launches it")
     return dg.SensorResult(cursor=json.dumps(current), asset_events=[observation])
