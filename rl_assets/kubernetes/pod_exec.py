@@ -19,6 +19,7 @@ Ubuntu-based image does; :data:`TOOLS_CHECK` says which one is missing before th
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ class PodExec:
         output_bytes: int = OUTPUT_BYTES,
     ) -> CommandResult:
         """``bash -c command`` in ``workdir`` with ``env`` added, killed at ``timeout_s`` (exit code ``None``)."""
-        seconds = max(1, int(timeout_s + 0.999))
+        seconds = max(1, math.ceil(timeout_s))
         pairs = [f"{name}={value}" for name, value in (env or {}).items()]
         argv = ["timeout", "-k", str(KILL_GRACE_S), str(seconds), "env", *pairs]
         argv += ["bash", "-c", RUN_IN_WORKDIR, "task", workdir, command]
