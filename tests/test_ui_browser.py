@@ -31,6 +31,7 @@ import dagster as dg
 import pytest
 import yaml
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -158,7 +159,7 @@ def wait_for(driver: WebDriver, condition: Callable[[WebDriver], Any], what: str
     """``condition``'s first truthy value, failing with ``what`` (and the page's text) when it never comes."""
     try:
         return WebDriverWait(driver, WAIT_S, poll_frequency=0.25).until(condition)
-    except Exception as err:
+    except TimeoutException as err:
         text = driver.find_element(By.TAG_NAME, "body").text[-2000:]
         raise AssertionError(f"{what} within {WAIT_S:.0f} s at {driver.current_url}; the page shows:\n{text}") from err
 
@@ -288,12 +289,18 @@ def test_each_assets_checks_tab_lists_its_checks(browser: WebDriver, ui: UI) -> 
         screenshot(browser, "checks")
 
 
+def _launchpad_config(driver: WebDriver) -> dict[str, Any] | None:
+    """The launchpad editor's config once it holds the op's (the editor fills in as the job's schema loads)."""
+    text = driver.execute_script(
+        "const cm = document.querySelector('.CodeMirror'); return cm && cm.CodeMirror.getValue()"
+    )
+    config = yaml.safe_load(text) if text else None
+    return config if isinstance(config, dict) and "start_experiment" in (config.get("ops") or {}) else None
+
+
 def test_the_launchpad_of_start_experiment_job_opens_with_its_typed_defaults(browser: WebDriver, ui: UI) -> None:
     browser.get(ui.url(f"/locations/{ui.repository}/jobs/start_experiment_job/playground"))
-    editor = (
-        "return document.querySelector('.CodeMirror') && document.querySelector('.CodeMirror').CodeMirror.getValue()"
-    )
-    config = yaml.safe_load(wait_for(browser, lambda d: d.execute_script(editor), "the launchpad's config editor"))
+    config = wait_for(browser, _launchpad_config, "the launchpad's editor holding the op's config")
     defaults = {
         name: field.default
         for name, field in StartExperimentConfig.model_fields.items()
