@@ -1,4 +1,10 @@
-"""The Dagster code location: ``dagster dev -m rl_assets.definitions``.
+"""The Dagster code location: ``dg dev`` / ``dg check defs`` from the repository root (``[tool.dg]``).
+
+The definitions are loaded lazily (``@dg.definitions``): importing this module
+imports Dagster and builds nothing; the assets, jobs, sensors and resources
+are defined (and the environment read) when a loader calls
+``load_definitions``, once per process. ``defs`` (the built ``Definitions``)
+and ``get_job`` remain for code that needs the objects themselves.
 
 Resources read the home and the services from the environment that
 ``rl-assets`` (or the deployment) sets: ``RL_ASSETS_HOME``, ``DAGSTER_PG_*``,
@@ -7,32 +13,54 @@ Resources read the home and the services from the environment that
 
 from __future__ import annotations
 
+import functools
+
 import dagster as dg
 
-from rl_assets.assets import rewards, rubrics, trajectories, weights, worlds
-from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_job, start_experiment_job
-from rl_assets.driver.sensor import driver_sensor, rubric_sensor
-from rl_assets.environment import resources
-from rl_assets.jobs import judge_job, train_job, trial_job, world_job
 
-defs = dg.Definitions(
-    assets=[rubrics, worlds, trajectories, rewards, weights],
-    jobs=[
-        world_job,
-        trial_job,
-        judge_job,
-        train_job,
-        start_experiment_job,
-        fork_experiment_job,
-        rescore_experiment_job,
-    ],
-    sensors=[driver_sensor, rubric_sensor],
-    resources=resources(),
-)
+@dg.definitions
+@functools.cache
+def load_definitions() -> dg.Definitions:
+    """The code location's assets, jobs, sensors and resources; built on the first call, then shared.
+
+    The modules are imported here, not at the top: defining the assets and jobs reads and validates
+    the environment (``RL_ASSETS_ENV`` picks the executor), which a mere import must not do.
+    """
+    from rl_assets.assets import rewards, rubrics, trajectories, weights, worlds
+    from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_job, start_experiment_job
+    from rl_assets.driver.sensor import driver_sensor, rubric_sensor
+    from rl_assets.environment import resources
+    from rl_assets.jobs import judge_job, train_job, trial_job, world_job
+
+    return dg.Definitions(
+        assets=[rubrics, worlds, trajectories, rewards, weights],
+        jobs=[
+            world_job,
+            trial_job,
+            judge_job,
+            train_job,
+            start_experiment_job,
+            fork_experiment_job,
+            rescore_experiment_job,
+        ],
+        sensors=[driver_sensor, rubric_sensor],
+        resources=resources(),
+    )
+
+
+def __getattr__(name: str) -> dg.Definitions:
+    """``defs``: the built definitions, for ``from rl_assets.definitions import defs``.
+
+    A module attribute computed on access rather than a global, so that Dagster's
+    loaders, which scan the module's globals, find only ``load_definitions``.
+    """
+    if name == "defs":
+        return load_definitions()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_job(name: str) -> dg.JobDefinition:
-    return defs.resolve_job_def(name)
+    return load_definitions().resolve_job_def(name)
 
 
 def get_world_job() -> dg.JobDefinition:

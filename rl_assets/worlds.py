@@ -40,7 +40,7 @@ from rl_assets.domain.hashing import tree_hash
 from rl_assets.domain.world import build_world
 from rl_assets.sandbox.protocol import ForkKind, ForkLayout
 from rl_assets.stores.artifacts import fsync_dir
-from rl_assets.tasks.snapshot import is_task_world
+from rl_assets.tasks.snapshot import is_task_world, write_task_world
 
 
 class WorldTamperedError(RuntimeError):
@@ -104,13 +104,9 @@ class LocalWorlds:
         if not is_task_world(world_id):
             build_world(world_id, staging)
             return
-        source = None if self.tasks_root is None else self.tasks_root / world_id / "environment"
-        if source is None or not source.is_dir():
+        if self.tasks_root is None:
             raise FileNotFoundError(f"task world {world_id} has no recorded task snapshot to build from")
-        shutil.copytree(source, staging, symlinks=True)
-        for path in [*staging.rglob("*"), staging]:
-            if not path.is_symlink():
-                path.chmod(path.stat().st_mode | stat.S_IWUSR)
+        write_task_world(self.tasks_root, world_id, staging)
 
     def world_dir(self, world_id: str) -> Path:
         return self.worlds_root / world_id

@@ -5,10 +5,11 @@
   allow it), over every pair of the system's pods and outside endpoints and the
   ports that matter, and the resulting matrix must be exactly the intended one.
 - RBAC: what each ServiceAccount may do, through its RoleBindings, is exactly
-  its role's list; only the run/step account creates pods, PVCs or snapshots.
+  its role's list; only the run/step account creates pods, PVCs or snapshots, or
+  execs into a pod (a task pod's commands), and that only by ``create``.
 - Accounts: every workload names its own account (manifests, Helm values, the
   Helm post-renderer for the webserver, the generated pods).
-- Pod Security: generated rollout pods meet ``restricted`` (tests/fakes/pod_security.py,
+- Pod Security: generated rollout and task pods meet ``restricted`` (tests/fakes/pod_security.py,
   a stand-in for the admission controller); the other pods we define do too.
 - Ray: token authentication from the Secret, no dashboard off loopback.
 - Postgres: the superuser password reaches only Postgres; the init script, run on a
@@ -50,6 +51,8 @@ from rl_assets.kubernetes.pod_specs import (
     ROLLOUT_SERVICE_ACCOUNT,
     RUNNER_SERVICE_ACCOUNT,
 )
+from rl_assets.kubernetes.task_pods import PodOwner, task_pod
+from rl_assets.tasks.task import load_task
 
 ROOT = Path(__file__).parents[1]
 K8S = ROOT / "deploy" / "k8s"
@@ -88,6 +91,29 @@ def _rollout() -> dict[str, Any]:
         image="rl-assets:0.1.0",
         request_json="{}",
     )
+
+
+def _task_pod(network_mode: str, tmp: Path) -> dict[str, Any]:
+    """A generated task pod of the example task, its ``[environment] network_mode`` set as given."""
+    task = tmp / network_mode
+    shutil.copytree(ROOT / "examples" / "tasks" / "hidden-test", task)
+    toml = (task / "task.toml").read_text().replace('network_mode = "no-network"', f'network_mode = "{network_mode}"')
+    (task / "task.toml").write_text(toml)
+    return task_pod(
+        experiment="bench",
+        trial_id="s0-hidden-test-n0",
+        attempt=1,
+        task=load_task(task),
+        fork_claim=fork_claim_name("bench", "s0-hidden-test-n0", 1),
+        image="rl-assets:0.1.0",
+        deadline_s=480,
+        owner=PodOwner("step", "uid"),
+    )
+
+
+def _task_pods() -> dict[str, dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return {mode: _task_pod(mode, Path(tmp)) for mode in ("no-network", "public")}
 
 
 def _ray_templates() -> dict[str, dict[str, Any]]:
@@ -136,6 +162,8 @@ def _endpoints() -> list[Endpoint]:
         "judge-step": step("rewards"),
         "train-step": step("weights"),
         "rollout": _rollout()["metadata"]["labels"],
+        "task": _task_pods()["no-network"]["metadata"]["labels"],
+        "task-internet": _task_pods()["public"]["metadata"]["labels"],
         "ray-head": {**ray["head"]["metadata"]["labels"], "ray.io/node-type": "head"},
         "ray-worker": {**ray["trainer"]["metadata"]["labels"], "ray.io/node-type": "worker"},
         "postgres": postgres,
@@ -253,6 +281,8 @@ INTENDED = {
     "ray-worker": DNS | {("ray-head", port, proto) for port, proto in PORTS},
     "postgres": DNS,
     "rollout": set(),
+    "task": set(),
+    "task-internet": DNS | {("llm-api", port, proto) for port, proto in PORTS},
     "stray": DNS,
     "outsider": set(),
 }
@@ -273,17 +303,23 @@ def test_the_default_deny_covers_every_pod_both_ways_and_rollouts_keep_their_own
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     rollout = _named("NetworkPolicy", "rl-assets-rollout-no-network")["spec"]
     assert rollout == {"podSelector": {"matchLabels": {TIER_LABEL: "rollout"}}, "policyTypes": ["Ingress", "Egress"]}
+    task = _named("NetworkPolicy", "rl-assets-task-no-network")["spec"]
+    assert task == {"podSelector": {"matchLabels": {TIER_LABEL: "task"}}, "policyTypes": ["Ingress", "Egress"]}
     without_deny = [p for p in _of_kind("NetworkPolicy") if p["metadata"]["name"] != "rl-assets-default-deny"]
     opened = _open_flows(without_deny)
     assert ("stray", 80, "TCP") in opened["outsider"], "the deny is what closes unnamed pods to ingress"
     assert ("webserver", 80, "TCP") in opened["outsider"], "the webserver has egress rules only: the deny closes it"
 
 
-def test_only_the_judge_reaches_outside_the_cluster_and_never_private_or_metadata_addresses() -> None:
+def test_only_the_judge_and_tasks_that_ask_reach_outside_the_cluster_and_never_private_or_metadata_addresses():
     flows = _open_flows(_of_kind("NetworkPolicy"))
     outside = {src for src, open_ in flows.items() for dst, _, _ in open_ if dst in ("llm-api", "cloud-metadata")}
-    assert outside == {"judge-step"}
-    assert not any(dst == "cloud-metadata" for dst, _, _ in flows["judge-step"])
+    assert outside == {"judge-step", "task-internet"}
+    for src in outside:
+        assert not any(dst == "cloud-metadata" for dst, _, _ in flows[src])
+    reached_in_cluster = {dst for dst, _, _ in flows["task-internet"]} - {"llm-api", "kube-dns"}
+    assert reached_in_cluster == set(), "a task with the network still reaches none of the system's pods"
+    assert not any(dst in ("task", "task-internet") for open_ in flows.values() for dst, _, _ in open_)
 
 
 # ---------------------------------------------------------------- RBAC and accounts
@@ -303,6 +339,7 @@ INTENDED_GRANTS: dict[str, dict[tuple[str, str], set[str]]] = {
         ("batch", "jobs/status"): {"get"},
         ("", "pods"): CRUD_LESS,
         ("", "pods/log"): {"get"},
+        ("", "pods/exec"): {"create"},
         ("", "events"): {"list"},
         ("", "persistentvolumeclaims"): CRUD_LESS,
         ("snapshot.storage.k8s.io", "volumesnapshots"): {"create", "get", "delete"},
@@ -338,7 +375,20 @@ def test_each_account_may_do_exactly_its_roles_list_in_the_namespace_only() -> N
     for role in _of_kind("Role"):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
-            assert not {"secrets", "configmaps", "pods/exec", "pods/attach"} & set(rule["resources"])
+            assert not {"secrets", "configmaps", "pods/attach", "pods/portforward"} & set(rule["resources"])
+
+
+def test_only_the_trial_worker_account_execs_into_pods_and_only_through_create() -> None:
+    """A task pod's commands are the one exec: the websocket upgrade is authorised as ``create`` (k8s >= 1.30)."""
+    execs = {account: _grants(account).get(("", "pods/exec")) for account in INTENDED_GRANTS}
+    assert {account: verbs for account, verbs in execs.items() if verbs} == {RUNNER_SERVICE_ACCOUNT: {"create"}}
+    trial_step = executor_config(K8sSettings())["per_step_k8s_config"]["trajectories"]["pod_spec_config"]
+    assert trial_step["automountServiceAccountToken"] is True, "the trial step drives its task pod"
+    for op in ("rewards", "weights"):
+        assert (
+            executor_config(K8sSettings())["per_step_k8s_config"][op]["pod_spec_config"]["automountServiceAccountToken"]
+            is False
+        )
 
 
 def test_only_the_run_and_step_account_creates_pods_pvcs_or_snapshots() -> None:
@@ -419,6 +469,7 @@ def test_every_workload_names_its_own_account() -> None:
         "postgres": _named("StatefulSet", "postgres")["spec"]["template"]["spec"]["serviceAccountName"],
         **{f"ray {n}": t["spec"]["serviceAccountName"] for n, t in _ray_templates().items()},
         "rollout pods": _rollout()["spec"]["serviceAccountName"],
+        "task pods": _task_pods()["public"]["spec"]["serviceAccountName"],
         **{
             f"step {op}": cfg["pod_spec_config"]["serviceAccountName"]
             for op, cfg in executor_config(K8sSettings())["per_step_k8s_config"].items()
@@ -433,6 +484,7 @@ def test_every_workload_names_its_own_account() -> None:
         "ray head": "rl-assets-ray",
         "ray trainer": "rl-assets-ray",
         "rollout pods": ROLLOUT_SERVICE_ACCOUNT,
+        "task pods": ROLLOUT_SERVICE_ACCOUNT,
         "step trajectories": RUNNER_SERVICE_ACCOUNT,
         "step rewards": RUNNER_SERVICE_ACCOUNT,
         "step weights": RUNNER_SERVICE_ACCOUNT,
@@ -454,8 +506,11 @@ def _code_server_pod() -> dict[str, Any]:
     }
 
 
-def test_generated_rollout_pods_meet_the_restricted_profile() -> None:
+def test_generated_rollout_and_task_pods_meet_the_restricted_profile() -> None:
     assert violations(_rollout()["spec"], RESTRICTED) == []
+    for pod in _task_pods().values():
+        assert violations(pod["spec"], RESTRICTED) == []
+        assert pod["spec"]["automountServiceAccountToken"] is False
 
 
 def test_the_restricted_check_catches_each_kind_of_escape() -> None:

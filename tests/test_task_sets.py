@@ -91,9 +91,3 @@ def test_a_reference_config_dumps_exactly_as_before_the_task_fields_existed():
         "name", "steps", "worlds", "prompts", "samples", "lr", "max_turns", "rubric",
         "generate_retries", "judge_retries", "failed_trial_policy", "workload",
     }  # fmt: skip
-
-
-def test_on_kubernetes_a_task_set_is_refused_until_tasks_run_in_their_images(tmp_path):
-    with pytest.raises(TaskSetError, match="run on the local sandbox for now"):
-        with_recorded_task_set(_task_config(EXAMPLES), tmp_path / "tasks", on_kubernetes=True)
-    assert not (tmp_path / "tasks").exists()

@@ -33,7 +33,7 @@ from rl_assets.tags import WORKER_PID_TAG
 _HealthResult: Any = typing.get_type_hints(dg.DefaultRunLauncher.check_run_worker_health)["return"]
 _WorkerStatus: Any = typing.get_type_hints(_HealthResult)["status"]
 
-PRELOAD = ["rl_assets.driver.run_worker", "rl_assets.definitions"]
+PRELOAD = ["rl_assets.driver.run_worker", "rl_assets.driver.warm"]
 """What the forkserver imports once, so a worker starts with Dagster and the definitions loaded."""
 
 

@@ -18,6 +18,8 @@ MAX_NAME = 63
 TIER_LABEL = "rl-assets/tier"
 OWNER_LABEL = "rl-assets/owner"
 """Hash of (experiment, trial): selects every object of one trial, whatever its attempt."""
+NETWORK_LABEL = "rl-assets/network"
+"""``internet`` on a task pod whose task asks for the network (deploy/k8s/networkpolicy-tasks.yaml)."""
 WORLD_LABEL = "rl-assets/world"
 """Hash of the world id: selects the objects of one world."""
 EXPERIMENT_ANNOTATION = "rl-assets/experiment"
@@ -72,3 +74,8 @@ def fork_claim_name(experiment: str, trial_id: str, attempt: int) -> str:
 def rollout_pod_name(experiment: str, trial_id: str, attempt: int) -> str:
     """The pod that runs one attempt's rollout on its fork."""
     return _name("rollout", f"{experiment}-{trial_id}", owner_value(experiment, trial_id), f"-a{attempt}")
+
+
+def task_pod_name(experiment: str, trial_id: str, attempt: int) -> str:
+    """The pod a task trial's attempt runs its commands and its verifier in, on its fork."""
+    return _name("task", f"{experiment}-{trial_id}", owner_value(experiment, trial_id), f"-a{attempt}")

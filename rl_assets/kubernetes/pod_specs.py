@@ -46,7 +46,10 @@ FORK_MOUNT = "/world"
 WORLD_MOUNT = "/world"
 """Where the world build writes the world into its ephemeral volume."""
 POD_NAME_ENV = "RL_ASSETS_POD_NAME"
-"""The world build pod's own name (downward API): it names the ephemeral PVC the build snapshots."""
+"""A pod's own name (downward API): the world build's names the ephemeral PVC it snapshots; the trial step's
+owns its task pods."""
+POD_UID_ENV = "RL_ASSETS_POD_UID"
+"""The trial step pod's uid (downward API): with its name, the owner reference of the task pods it starts."""
 RUNTIME_UID = 10001
 """The image's non-root user (deploy/Dockerfile)."""
 ROLLOUT_CONTAINER = "rollout"
@@ -138,9 +141,17 @@ def step_k8s_config(
     }
 
 
+def _own_field_env(name: str, field: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}}
+
+
 def trial_step_k8s_config() -> dict[str, Any]:
-    """The ``trajectories`` step: it clones the fork and runs the rollout pod, so it needs its token."""
-    return step_k8s_config(TRIAL, mount_token=True)
+    """The ``trajectories`` step: it clones the fork and runs the rollout or task pod, so it needs its token.
+
+    It knows its own pod's name and uid, so a task pod it starts is owned by it (garbage-collected with it).
+    """
+    own = (_own_field_env(POD_NAME_ENV, "metadata.name"), _own_field_env(POD_UID_ENV, "metadata.uid"))
+    return step_k8s_config(TRIAL, mount_token=True, env=own)
 
 
 def _secret_env(name: str, secret: SecretKey) -> dict[str, Any]:
@@ -184,7 +195,7 @@ def world_build_k8s_config(world_id: str, storage_class: str, size: str) -> dict
             "resources": {"requests": {"storage": size}},
         },
     }
-    pod_name = {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    pod_name = _own_field_env(POD_NAME_ENV, "metadata.name")
     return {
         "container_config": {"env": [pod_name], "volumeMounts": [{"name": WORLD_VOLUME, "mountPath": WORLD_MOUNT}]},
         "pod_spec_config": {"volumes": [{"name": WORLD_VOLUME, "ephemeral": {"volumeClaimTemplate": claim_template}}]},

@@ -45,14 +45,14 @@ class RolloutPods:
     def run(self, pod: dict[str, Any]) -> PodOutcome:
         """Create ``pod`` (a manifest from :func:`~rl_assets.kubernetes.pod_specs.rollout_pod`), await its end."""
         name = pod["metadata"]["name"]
-        self._remove_leftovers(pod["metadata"]["labels"][OWNER_LABEL], name)
+        self.remove_leftovers(pod["metadata"]["labels"][OWNER_LABEL], name)
         try:
             self._core.create_namespaced_pod(self.namespace, pod)
-            self._waiting.until(f"rollout pod {name} finished", lambda: self._read(name).status.phase in FINISHED)
-            final = self._read(name)
+            self._waiting.until(f"rollout pod {name} finished", lambda: self.read(name).status.phase in FINISHED)
+            final = self.read(name)
             return _outcome(final, self._log(name))
         finally:
-            self._delete(name)
+            self.delete(name)
 
     def _log(self, name: str) -> str:
         """The container's log, decoded here: with its content preloaded, kubernetes 36.0.3 returns a
@@ -62,26 +62,26 @@ class RolloutPods:
         )
         return response.data.decode("utf-8", errors="replace")
 
-    def _remove_leftovers(self, owner: str, name: str) -> None:
+    def remove_leftovers(self, owner: str, name: str) -> None:
         pods = self._core.list_namespaced_pod(self.namespace, label_selector=f"{OWNER_LABEL}={owner}")
         for leftover in pods.items:
-            self._delete(leftover.metadata.name)
+            self.delete(leftover.metadata.name)
             if leftover.metadata.name == name:
-                self._waiting.until(f"leftover pod {name} deleted", lambda: not self._exists(name))
+                self._waiting.until(f"leftover pod {name} deleted", lambda: not self.exists(name))
 
-    def _read(self, name: str) -> client.V1Pod:
+    def read(self, name: str) -> client.V1Pod:
         return self._core.read_namespaced_pod(name, self.namespace)
 
-    def _exists(self, name: str) -> bool:
+    def exists(self, name: str) -> bool:
         try:
-            self._read(name)
+            self.read(name)
         except ApiException as err:
             if err.status == 404:
                 return False
             raise
         return True
 
-    def _delete(self, name: str) -> None:
+    def delete(self, name: str) -> None:
         try:
             self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
         except ApiException as err:

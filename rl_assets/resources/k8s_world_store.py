@@ -15,6 +15,12 @@ know where they run:
   a rollout pod on it (no network, no secret, no token; see
   :mod:`rl_assets.kubernetes.pod_specs`), reads the rollout from the pod's
   log, and deletes pod and fork, also after a failure.
+- A task world is built the same way from the recorded task's ``environment/``
+  (the snapshot in the home, :mod:`rl_assets.tasks.snapshot`); ``task_session``
+  clones its fork, starts the attempt's task pod on the task's image with the
+  fork at its working directory (:mod:`rl_assets.kubernetes.task_pods`), and
+  runs the agent's commands and the verifier in it through the exec API
+  (:mod:`rl_assets.kubernetes.task_sessions`); pod and fork are deleted after.
 """
 
 from __future__ import annotations
@@ -32,9 +38,13 @@ from pydantic import PrivateAttr
 
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.world import build_world
+from rl_assets.home import Home
 from rl_assets.kubernetes.names import world_build_claim_name, world_snapshot_name
 from rl_assets.kubernetes.pod_specs import FORK_MOUNT, POD_NAME_ENV, WORLD_MOUNT, rollout_pod
 from rl_assets.kubernetes.rollouts import RolloutPods
+from rl_assets.kubernetes.task_pods import PodOwner, task_image, task_pod
+from rl_assets.kubernetes.task_sessions import TaskPods
+from rl_assets.kubernetes.tiers import TRIAL
 from rl_assets.kubernetes.volumes import WorldNotSealedError, WorldVolumes
 from rl_assets.kubernetes.waiting import Waiting
 from rl_assets.resources.world_store import RequestFactory
@@ -42,13 +52,12 @@ from rl_assets.sandbox.launcher import SandboxTimeout, rollout_from_output
 from rl_assets.sandbox.protocol import ForkLayout
 from rl_assets.stores.database import Database
 from rl_assets.stores.world_seals import WorldSeals
-from rl_assets.tasks.locality import KUBERNETES_NOT_YET
+from rl_assets.tasks.snapshot import is_task_world, snapshot_task, write_task_world
 from rl_assets.tasks.task import Task
 from rl_assets.workloads.seams import TaskSession
 from rl_assets.worlds import tree_hash
 
 POD_START_ALLOWANCE_S = 120.0
-
 """How much longer than the rollout's own timeout the step waits for its pod (scheduling, image pull)."""
 
 
@@ -60,6 +69,11 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
     storage_class: str = "rl-assets-worlds"
     snapshot_class: str = "rl-assets-worlds"
     world_size: str = "1Gi"
+    home: str | None = None
+    """Where the recorded task snapshots are (the home volume every run and step pod mounts); unset:
+    ``$RL_ASSETS_HOME``, which those pods have."""
+    task_start_timeout_s: float = 600.0
+    """How long a task pod may take to be scheduled and pull its image before its attempt fails."""
 
     _api_client: object | None = PrivateAttr(default=None)
 
@@ -95,7 +109,10 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         for leftover in root.iterdir():  # a crashed build's partial files
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         staging = root / f".build-{uuid.uuid4().hex}"
-        build_world(world_id, staging)
+        if is_task_world(world_id):
+            write_task_world(Home.resolve(self.home).tasks, world_id, staging)
+        else:
+            build_world(world_id, staging)
         digest = tree_hash(staging)
         for entry in staging.iterdir():
             entry.rename(root / entry.name)
@@ -156,12 +173,43 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         return rollout_from_output(outcome.exit_code, outcome.log, outcome.log)
 
     def task(self, world_id: str) -> Task:
-        raise NotImplementedError(KUBERNETES_NOT_YET)
+        """The recorded task of a task world (its snapshot in the home volume)."""
+        return snapshot_task(Home.resolve(self.home).tasks, world_id)
 
     def task_session(
         self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
     ) -> AbstractContextManager[TaskSession]:
-        raise NotImplementedError(KUBERNETES_NOT_YET)
+        return self._task_session(world_id, experiment, trial_id, attempt_id, task)
+
+    @contextmanager
+    def _task_session(
+        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
+    ) -> Iterator[TaskSession]:
+        """The attempt's task pod on a fresh fork of the world; the pod, then the fork, deleted on exit.
+
+        The pod's deadline covers the agent's (the task's ``[agent] timeout_sec``, else the trial
+        step's own deadline, which bounds the trial anyway), the verifier's and the start.
+        """
+        from kubernetes import client
+
+        config = task.config
+        deadline_s = (
+            (config.agent.timeout_sec or TRIAL.deadline_s) + config.verifier.timeout_sec + POD_START_ALLOWANCE_S
+        )
+        pods = TaskPods(client.CoreV1Api(self._client()), self.namespace, Waiting(timeout_s=self.task_start_timeout_s))
+        with self._volumes().fork(experiment, trial_id, attempt_id, world_id) as claim:
+            pod = task_pod(
+                experiment=experiment,
+                trial_id=trial_id,
+                attempt=attempt_id,
+                task=task,
+                fork_claim=claim,
+                image=task_image(task, self.image),
+                deadline_s=deadline_s,
+                owner=PodOwner.from_env(),
+            )
+            with pods.session(pod, task) as session:
+                yield session
 
 
 @contextmanager

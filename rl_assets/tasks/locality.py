@@ -5,6 +5,10 @@ machine's own read-only system directories, the world as the working directory, 
 own fixed resource limits) is narrower. A setting it cannot honour is either harmless to ignore
 (listed, so nobody believes it applied) or changes what the task is (an image to build or pull, a
 second container, Windows): such a task is refused locally and runs on Kubernetes with its image.
+
+On Kubernetes (:func:`kubernetes_refusals`) a task runs in a pod of its own on its ``docker_image``
+(a task of plain files on the deployment's image); what is refused there is what that pod cannot
+be: an image that would first have to be built, several containers, Windows, a host allowlist.
 """
 
 from __future__ import annotations
@@ -12,11 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rl_assets.tasks.task import COMPOSE_FILES, Task
-
-KUBERNETES_NOT_YET = (
-    "Harbor task experiments run on the local sandbox for now: on Kubernetes a task needs its image "
-    "(a pod per trial on the task's docker_image), which the Kubernetes world store does not build yet"
-)
 
 
 @dataclass(frozen=True)
@@ -82,3 +81,35 @@ def _refusals(task: Task) -> list[str]:
     if config.steps:
         reasons.append("[[steps]]: multi-step tasks are not supported yet")
     return reasons
+
+
+BUILD_AND_PUSH = (
+    "environment/Dockerfile: Kubernetes runs a task in a pushed image and builds none; build and push it "
+    "(docker build -t REGISTRY/NAME:TAG environment && docker push REGISTRY/NAME:TAG) and set "
+    '[environment] docker_image = "REGISTRY/NAME:TAG" in task.toml'
+)
+
+
+def kubernetes_refusals(task: Task) -> tuple[str, ...]:
+    """Why ``task`` cannot run in a task pod on Kubernetes (empty: it can)."""
+    config, reasons = task.config, []
+    env = config.environment
+    kind = task.environment_kind
+    if kind == "compose":
+        name = next(f for f in COMPOSE_FILES if f in task.environment_files)
+        reasons.append(f"environment/{name}: a multi-container environment is not run on Kubernetes yet")
+    elif kind == "dockerfile" and not env.docker_image:
+        reasons.append(BUILD_AND_PUSH)
+    if env.os != "linux":
+        reasons.append(f"[environment] os {env.os!r}: task pods are Linux")
+    if env.network_mode == "allowlist":
+        reasons.append("[environment] network_mode 'allowlist': a NetworkPolicy cannot allow host names")
+    if env.gpus:
+        reasons.append("[environment] gpus: task pods request no accelerators yet")
+    if config.verifier.separate:
+        reasons.append("[verifier] a separate verifier environment is not run on Kubernetes yet")
+    if config.verifier.collect:
+        reasons.append("[[verifier.collect]]: compose services are not run on Kubernetes yet")
+    if config.steps:
+        reasons.append("[[steps]]: multi-step tasks are not supported yet")
+    return tuple(reasons)

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import tree_hash
 from rl_assets.domain.names import InvalidNameError, check_task_name
-from rl_assets.tasks.locality import KUBERNETES_NOT_YET, local_fit
+from rl_assets.tasks.locality import kubernetes_refusals, local_fit
 from rl_assets.tasks.task import InvalidTaskError, Task, load_task, task_dirs
 
 TASK_WORLD_PREFIX = "task-"
@@ -43,11 +43,12 @@ def is_task_world(world_id: str) -> bool:
     return world_id.startswith(TASK_WORLD_PREFIX)
 
 
-def record_task_set(source: Path, snapshots: Path) -> dict[str, str]:
+def record_task_set(source: Path, snapshots: Path, on_kubernetes: bool = False) -> dict[str, str]:
     """Validate the task set at ``source``, snapshot each task under ``snapshots``; ``{task name: world id}``.
 
     Every problem of every task is gathered first; nothing is recorded unless
-    all tasks are valid and run in the local sandbox.
+    all tasks are valid and run where the experiment runs: the local sandbox,
+    or task pods on Kubernetes (:mod:`rl_assets.tasks.locality`).
     """
     if not source.is_dir():
         raise TaskSetError(f"{source}: not a directory of tasks")
@@ -68,7 +69,7 @@ def record_task_set(source: Path, snapshots: Path) -> dict[str, str]:
         except InvalidTaskError as err:
             problems.extend(err.problems)
             continue
-        refusals = local_fit(task).refusals
+        refusals = kubernetes_refusals(task) if on_kubernetes else local_fit(task).refusals
         problems.extend(f"{path}: {reason}" for reason in refusals)
         if not refusals:
             found[name] = path
@@ -109,10 +110,8 @@ def with_recorded_task_set(config: ExperimentConfig, snapshots: Path, on_kuberne
     """``config`` with its task set recorded (an absolute source path and each task's world); others unchanged."""
     if config.tasks is None:
         return config
-    if on_kubernetes:
-        raise TaskSetError(KUBERNETES_NOT_YET)
     source = Path(config.tasks).expanduser().resolve()
-    worlds = record_task_set(source, snapshots)
+    worlds = record_task_set(source, snapshots, on_kubernetes)
     try:
         return config.with_changes(tasks=str(source), task_worlds=worlds)
     except ValidationError as err:
@@ -122,3 +121,14 @@ def with_recorded_task_set(config: ExperimentConfig, snapshots: Path, on_kuberne
 def snapshot_task(snapshots: Path, world_id: str) -> Task:
     """The recorded task of a task world."""
     return load_task(snapshots / world_id)
+
+
+def write_task_world(snapshots: Path, world_id: str, target: Path) -> None:
+    """Write a task world's files (its recorded ``environment/``, made writable) into the new directory ``target``."""
+    source = snapshots / world_id / "environment"
+    if not source.is_dir():
+        raise FileNotFoundError(f"task world {world_id} has no recorded task snapshot to build from")
+    shutil.copytree(source, target, symlinks=True)
+    for path in [*target.rglob("*"), target]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)

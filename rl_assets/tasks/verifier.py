@@ -14,6 +14,7 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,19 +77,29 @@ def read_rewards(logs: Path) -> dict[str, float]:
     """The rewards in ``logs`` (the host side of ``/logs/verifier``), ``reward`` among them; or a VerifierError."""
     directory = os.open(logs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        text = _read(directory, REWARD_JSON)
-        if text is not None:
-            return _parse_json(text)
-        text = _read(directory, REWARD_TXT)
-        if text is not None:
-            return {REWARD_KEY: _number(text.strip(), REWARD_TXT)}
+        return rewards_from(lambda name: _read(directory, name))
     finally:
         os.close(directory)
+
+
+def rewards_from(read: Callable[[str], bytes | None]) -> dict[str, float]:
+    """The rewards, given ``read(name)``: a reward file's first ``REWARD_FILE_BYTES + 1`` bytes, ``None`` if absent.
+
+    Where the files are is the caller's business (a directory on this host, a pod read through the
+    API); ``read`` raises :class:`RewardFileUnsafe` for an entry that is not a regular file. JSON
+    first, as Harbor does.
+    """
+    data = read(REWARD_JSON)
+    if data is not None:
+        return _parse_json(_text(REWARD_JSON, data))
+    data = read(REWARD_TXT)
+    if data is not None:
+        return {REWARD_KEY: _number(_text(REWARD_TXT, data).strip(), REWARD_TXT)}
     raise RewardFileMissing(f"the verifier wrote neither /logs/verifier/{REWARD_JSON} nor {REWARD_TXT}")
 
 
-def _read(directory: int, name: str) -> str | None:
-    """The file's text, ``None`` if there is no entry of that name; a link or a special file is refused."""
+def _read(directory: int, name: str) -> bytes | None:
+    """The file's first bytes, ``None`` if there is no entry of that name; a link or a special file is refused."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=directory)
     except FileNotFoundError:
@@ -99,9 +110,13 @@ def _read(directory: int, name: str) -> str | None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise RewardFileUnsafe(f"/logs/verifier/{name}: not a regular file")
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(REWARD_FILE_BYTES + 1)
+            return f.read(REWARD_FILE_BYTES + 1)
     finally:
         os.close(fd)
+
+
+def _text(name: str, data: bytes) -> str:
+    """A reward file's bytes as text, or the :class:`VerifierError` saying why they are not a reward."""
     if len(data) > REWARD_FILE_BYTES:
         raise RewardFileUnsafe(f"/logs/verifier/{name}: over {REWARD_FILE_BYTES} bytes")
     if not data.strip():

@@ -7,6 +7,12 @@ server does, records every call, and moves objects through their states
 deterministically: a PVC is Bound, a snapshot ready, a pod finished after a
 set number of reads, and a deleted object is gone after a set number more.
 Nothing is timed, so tests never sleep.
+
+With ``storage`` set it also stands in for volumes and containers: a PVC cloned from
+a snapshot gets a directory holding the snapshot's contents (``snapshot_contents``),
+a pod's empty volumes get directories, and the pods/exec endpoint runs commands
+in them over the real websocket protocol (:mod:`fakes.kube_exec`). Pods of the
+``running_tiers`` (task pods) go Running and stay so until deleted.
 """
 
 from __future__ import annotations
@@ -14,20 +20,23 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from fakes import kube_exec
 from fakes.k8s_schemas import SchemaViolation, validate
 from kubernetes import client
 
 _ROUTE = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
-    r"(?:/(?P<name>[^/]+))?(?P<log>/log)?$"
+    r"(?:/(?P<name>[^/]+))?(?P<sub>/log|/exec)?$"
 )
 KINDS = {
     ("", "persistentvolumeclaims"): ("v1", "PersistentVolumeClaim"),
@@ -76,6 +85,14 @@ class FakeKubeApi:
     """``False``: PVCs stay Pending forever (a StorageClass that cannot provision)."""
     restore_size: str = "1Gi"
     pod_script: PodScript = field(default_factory=PodScript)
+    running_tiers: tuple[str, ...] = ("task",)
+    """Pods labelled ``rl-assets/tier`` with one of these run until deleted instead of following ``pod_script``."""
+    storage: Path | None = None
+    """Where volumes' contents live (see the module docstring); ``None``: no volume contents, no exec."""
+    snapshot_contents: dict[str, Path] = field(default_factory=dict)
+    """A VolumeSnapshot's name -> the directory a PVC cloned from it starts as a copy of."""
+    execs: list[tuple[str, list[str]]] = field(default_factory=list)
+    """Every exec: (pod name, command) in order."""
     calls: list[Call] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     objects: dict[tuple[str, str], _Stored] = field(default_factory=dict)
@@ -114,13 +131,15 @@ class FakeKubeApi:
             stored = self._present(kind, name)
             if stored is None:
                 return 404, _status(404, "NotFound", f'{kind} "{name}" not found')
-            if method == "GET" and match["log"]:
+            if method == "GET" and match["sub"] == "/log":
                 return 200, self.pod_script.log
             if method == "GET":
                 stored.reads += 1
                 self._advance(kind, stored)
                 return 200, stored.obj
             if method == "DELETE":
+                if stored.reads_since_delete is None and self.storage is not None and kind != "VolumeSnapshot":
+                    shutil.rmtree(self._volume_dir(kind, name), ignore_errors=True)
                 if stored.reads_since_delete is None:
                     stored.reads_since_delete = 0
                     stored.obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -145,7 +164,48 @@ class FakeKubeApi:
             "Pod": {"phase": "Pending"},
         }[kind]
         self.objects[(kind, name)] = _Stored(obj)
+        if self.storage is not None:
+            self._make_volumes(kind, obj)
         return 201, obj
+
+    def _volume_dir(self, kind: str, name: str) -> Path:
+        return self.storage / {"PersistentVolumeClaim": "pvcs", "Pod": "pods"}[kind] / name
+
+    def _make_volumes(self, kind: str, obj: dict[str, Any]) -> None:
+        """A clone's contents (a copy of its snapshot's), or a pod's empty volumes."""
+        target = self._volume_dir(kind, obj["metadata"]["name"])
+        if kind == "PersistentVolumeClaim":
+            source = self.snapshot_contents.get((obj["spec"].get("dataSource") or {}).get("name", ""))
+            if source is not None:
+                shutil.copytree(source, target, symlinks=True)
+            target.mkdir(parents=True, exist_ok=True)
+        if kind == "Pod":
+            for volume in obj["spec"].get("volumes", []):
+                if "emptyDir" in volume:
+                    (target / volume["name"]).mkdir(parents=True)
+
+    def exec_target(self, path: str) -> tuple[list[str], dict[str, Any], dict[str, Path]] | None:
+        """For an exec request: (command, the pod, its volumes' directories); ``None`` if there is no such pod."""
+        url = urlparse(path)
+        match = _ROUTE.match(url.path)
+        if match is None or match["sub"] != "/exec" or self.storage is None:
+            return None
+        command = parse_qs(url.query).get("command", [])
+        with self.lock:
+            stored = self._present("Pod", match["name"])
+            if stored is None or stored.obj["status"].get("phase") != "Running":
+                return None
+            pod = copy.deepcopy(stored.obj)
+            self.execs.append((match["name"], command))
+        volumes = {}
+        for volume in pod["spec"].get("volumes", []):
+            if "emptyDir" in volume:
+                volumes[volume["name"]] = self._volume_dir("Pod", match["name"]) / volume["name"]
+            else:
+                volumes[volume["name"]] = self._volume_dir(
+                    "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"]
+                )
+        return command, pod, volumes
 
     def _reject(self, message: str) -> tuple[int, Any]:
         self.rejected.append(message)
@@ -169,7 +229,23 @@ class FakeKubeApi:
         if kind == "VolumeSnapshot" and stored.reads >= self.reads_until_snapshot_ready:
             status["readyToUse"] = True
             status.setdefault("restoreSize", self.restore_size)
-        if kind == "Pod" and stored.reads >= self.reads_until_pod_finished:
+        tier = stored.obj["metadata"].get("labels", {}).get("rl-assets/tier")
+        if kind == "Pod" and tier in self.running_tiers and stored.reads >= self.reads_until_pod_finished:
+            container = stored.obj["spec"]["containers"][0]
+            status.update(
+                phase="Running",
+                containerStatuses=[
+                    {
+                        "name": container["name"],
+                        "image": container["image"],
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                    }
+                ],
+            )
+        elif kind == "Pod" and stored.reads >= self.reads_until_pod_finished:
             script = self.pod_script
             container = stored.obj["spec"]["containers"][0]
             terminated = {"exitCode": script.exit_code, "reason": "Completed" if script.exit_code == 0 else "Error"}
@@ -225,7 +301,20 @@ def _handler(api: FakeKubeApi) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_DELETE = _serve
+        def do_GET(self) -> None:
+            if self.headers.get("Upgrade", "").lower() != "websocket":
+                self._serve()
+                return
+            self.close_connection = True
+            target = api.exec_target(self.path)
+            if target is None:
+                self.wfile.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                return
+            command, pod, volumes = target
+            if kube_exec.handshake(self.headers, self.wfile):
+                kube_exec.serve_exec(self.rfile, self.wfile, kube_exec.container_argv(pod, volumes, command))
+
+        do_POST = do_DELETE = _serve
 
         def log_message(self, format: str, *args: Any) -> None:  # keep pytest output clean
             return

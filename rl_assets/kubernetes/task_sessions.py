@@ -1,0 +1,189 @@
+"""A Harbor task trial on Kubernetes: its pod, the agent's commands in it, then the verifier.
+
+The :class:`~rl_assets.workloads.seams.TaskSession` of a task pod (:mod:`.task_pods`). The agent's
+loop stays in the trusted worker; each of its commands is one exec (:mod:`.pod_exec`). The verifier
+keeps the local sandbox's promises (:mod:`rl_assets.sandbox.task_trial`) with what a pod offers:
+
+1. every process the agent left (a command's background children survive it in a pod, as in any
+   container) is killed: ``kill -s KILL -1`` as the pod's one user signals every process but the
+   pod's init and the caller, and with no privilege (no setuid, no capability, no
+   ``no_new_privs`` escape) nothing of the agent's runs as another user;
+2. ``/tests``, ``/logs`` and ``/tmp`` (the pod's empty volumes, which the agent could write) are
+   emptied, and checked empty, so nothing the agent planted there (a ``conftest.py``, a reward file,
+   a ``sitecustomize`` under ``HOME``) reaches the verifier;
+3. the task's ``tests/`` are copied in only then (a tar stream on the exec's stdin) and
+   ``/logs/verifier`` made; ``tests/test.sh`` runs in the working directory under
+   ``[verifier] timeout_sec`` with ``[verifier] env``;
+4. the reward files are read through the API and parsed by :func:`rl_assets.tasks.verifier.rewards_from`,
+   as locally: the same errors for a missing, empty, unparsable, non-finite or non-regular file.
+
+The pod is deleted when the session ends, whatever ended it (see :class:`TaskPods`).
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from rl_assets.domain.models import VerifierOutcome
+from rl_assets.kubernetes.names import OWNER_LABEL
+from rl_assets.kubernetes.pod_exec import TOOLS_CHECK, PodExec
+from rl_assets.kubernetes.rollouts import RolloutPods
+from rl_assets.kubernetes.task_pods import SCRATCH_MOUNTS, TASK_CONTAINER
+from rl_assets.kubernetes.waiting import Waiting
+from rl_assets.sandbox.protocol import CommandResult
+from rl_assets.tasks.task import Task
+from rl_assets.tasks.verifier import REWARD_FILE_BYTES, RewardFileUnsafe, VerifierError, VerifierTimeout, rewards_from
+
+SETUP_WAIT_S = 120.0
+"""How long the trusted phases' own commands (clearing, copying, reading a reward file) may take."""
+CLEAR_FOR_VERIFIER = f"""
+kill -s KILL -1 2>/dev/null; kill -s KILL -1 2>/dev/null
+for d in {" ".join(SCRATCH_MOUNTS.values())}; do
+  chmod -R u+rwX "$d" 2>/dev/null; find "$d" -mindepth 1 -delete 2>/dev/null
+done
+left=$(find {" ".join(SCRATCH_MOUNTS.values())} -mindepth 1 -print -quit 2>&1)
+if [ -n "$left" ]; then echo "could not clear $left"; exit 3; fi
+head -c "$1" | tar -x -f - -C /tests && mkdir -p /logs/verifier
+"""
+"""``bash -c`` script (``$1``: the tar stream's length): the verifier's clean slate, then its tests."""
+READ_REWARD = f"""
+f=/logs/verifier/$1
+if [ -L "$f" ] || {{ [ -e "$f" ] && [ ! -f "$f" ]; }}; then exit 3; fi
+[ -e "$f" ] || exit 4
+exec head -c {REWARD_FILE_BYTES + 1} -- "$f"
+"""
+"""``bash -c`` script (``$1``: the file's name): exit 4 if absent, 3 if not a regular file, else its first bytes."""
+REWARD_ABSENT, REWARD_NOT_REGULAR = 4, 3
+START_FAILURES = ("ErrImageNeverPull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError")
+"""Waiting reasons of a task container that will not start by waiting longer."""
+
+
+class TaskPodError(RuntimeError):
+    """The task pod could not be started or does not hold what a task's commands need: the attempt is over."""
+
+
+def tests_archive(tests: Path) -> bytes:
+    """The task's ``tests/`` as a tar stream (regular files and directories; owners and times left out)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(tests.rglob("*")):
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(tests)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            info.mode |= 0o600 if info.isfile() else 0o700
+            if info.isfile():
+                with path.open("rb") as f:
+                    tar.addfile(info, f)
+            elif info.isdir():
+                tar.addfile(info)
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class K8sTaskSession:
+    """The :class:`~rl_assets.workloads.seams.TaskSession` of one attempt's task pod."""
+
+    exec: PodExec
+    task: Task
+    workdir: str
+
+    def run(self, command: str, timeout_s: float) -> CommandResult:
+        return self.exec.command(command, timeout_s, workdir=self.workdir)
+
+    def check_tools(self) -> None:
+        """Refuse an image without the tools every command and the verifier's files go through."""
+        code, output = self.exec.argv(["bash", "-c", TOOLS_CHECK], SETUP_WAIT_S)
+        missing = output.text().split()
+        if code != 0 or missing:
+            raise TaskPodError(
+                f"the task's image lacks {', '.join(missing) or 'a working bash'}: "
+                "a task pod's commands need bash, timeout, env, head, tar and find"
+            )
+
+    def verify(self) -> VerifierOutcome:
+        config = self.task.config
+        archive = tests_archive(self.task.path / "tests")
+        code, output = self.exec.argv(
+            ["bash", "-c", CLEAR_FOR_VERIFIER, "clear", str(len(archive))], SETUP_WAIT_S, archive
+        )
+        if code != 0:
+            raise TaskPodError(
+                f"task pod {self.exec.pod}: the verifier's files could not be set up: {output.text()[:500]}"
+            )
+        result = self.exec.command(
+            "bash /tests/test.sh", config.verifier.timeout_sec, workdir=self.workdir, env=config.verifier.env
+        )
+        if result.timed_out:
+            raise VerifierTimeout(
+                f"tests/test.sh ran past {config.verifier.timeout_sec:g}s and was killed", result.output
+            )
+        try:
+            rewards = rewards_from(self._reward_file)
+        except VerifierError as err:
+            err.output = result.output
+            raise
+        return VerifierOutcome(reward=rewards["reward"], rewards=rewards, output=result.output)
+
+    def _reward_file(self, name: str) -> bytes | None:
+        code, output = self.exec.argv(
+            ["bash", "-c", READ_REWARD, "read", name], SETUP_WAIT_S, None, 4 * REWARD_FILE_BYTES
+        )
+        if code == REWARD_ABSENT:
+            return None
+        if code == REWARD_NOT_REGULAR:
+            raise RewardFileUnsafe(f"/logs/verifier/{name}: not a regular file")
+        if code != 0:
+            raise RewardFileUnsafe(f"/logs/verifier/{name}: unreadable (exit {code})")
+        return output.head + output.tail
+
+
+class TaskPods:
+    """Starts task pods in one namespace and deletes them, also when anything fails."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str, waiting: Waiting | None = None) -> None:
+        self._pods = RolloutPods(core, namespace, waiting)
+        self._core = core
+        self.namespace = namespace
+        self._waiting = waiting or Waiting()
+
+    @contextmanager
+    def session(self, pod: dict[str, Any], task: Task) -> Iterator[K8sTaskSession]:
+        """Create ``pod`` (from :func:`~rl_assets.kubernetes.task_pods.task_pod`), await it running; delete it after.
+
+        A pod of the same trial still present was left by a killed attempt (attempts of one trial
+        never overlap) and is deleted first, as for rollout pods.
+        """
+        name = pod["metadata"]["name"]
+        self._pods.remove_leftovers(pod["metadata"]["labels"][OWNER_LABEL], name)
+        try:
+            self._core.create_namespaced_pod(self.namespace, pod)
+            self._waiting.until(f"task pod {name} running", lambda: self._running(name))
+            container = pod["spec"]["containers"][0]
+            session = K8sTaskSession(
+                PodExec(self._core, self.namespace, name, TASK_CONTAINER), task, container["workingDir"]
+            )
+            session.check_tools()
+            yield session
+        finally:
+            self._pods.delete(name)
+
+    def _running(self, name: str) -> bool:
+        status = self._pods.read(name).status
+        if status.phase == "Running":
+            return True
+        if status.phase in ("Succeeded", "Failed"):
+            raise TaskPodError(f"task pod {name} ended before its trial did ({status.reason or status.phase})")
+        for container in status.container_statuses or []:
+            waiting = container.state.waiting if container.state else None
+            if waiting is not None and waiting.reason in START_FAILURES:
+                raise TaskPodError(f"task pod {name} cannot start: {waiting.reason}: {(waiting.message or '')[:300]}")
+        return False
