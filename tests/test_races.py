@@ -25,11 +25,13 @@ from dagster import DagsterRunStatus, RunsFilter
 from pydantic import BaseModel
 
 import rl_assets.worlds
+from rl_assets.assets.partitions import partitions_to_add
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.planner import PARENT_RUN_TAG, WILL_RETRY_TAG, Launch, plan
 from rl_assets.driver.run_worker import TEST_GATE_ENV
+from rl_assets.home import Home
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.services.processes import identity_alive
 from rl_assets.stores.artifacts import ArtifactStore
@@ -54,7 +56,9 @@ def _runs(instance, name: str):
 
 
 def _world_run(instance, stores, config: ExperimentConfig):
-    """A run of the experiment's first unit (its world build), created as the daemon creates a requested one."""
+    """A run of the experiment's first unit, created as the daemon creates a requested one (partitions first)."""
+    for name, keys in partitions_to_add(config, config.steps).items():
+        instance.add_dynamic_partitions(name, [k for k in keys if not instance.has_dynamic_partition(name, k)])
     (launch,) = plan(instance, stores, config).launches
     return create_run(instance, launch)
 
@@ -110,11 +114,15 @@ def test_a_live_run_whose_launcher_died_as_its_worker_started_is_healthy(home, s
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTING
 
     gate.touch()  # the worker goes on to execute the run it claimed
-    wait_for(
-        lambda: instance.get_run_by_id(run.run_id).status == DagsterRunStatus.SUCCESS,
+    status = wait_for(
+        lambda: (s := instance.get_run_by_id(run.run_id).status) in FINISHED and s,
         "the worker finishing its run",
         timeout=600,
     )
+    assert status == DagsterRunStatus.SUCCESS, (Home(home).logs / f"run-{run.run_id}.log").read_text()[-3000:]
+
+
+FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 
 
 class _Record(BaseModel):
