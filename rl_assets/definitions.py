@@ -14,6 +14,7 @@ from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_j
 from rl_assets.driver.sensor import driver_sensor, rubric_sensor
 from rl_assets.environment import resources
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
+from rl_assets.rubric_observer import rubric_observer
 
 defs = dg.Definitions(
     assets=[rubrics, worlds, trajectories, rewards, weights],
@@ -26,7 +27,7 @@ defs = dg.Definitions(
         fork_experiment_job,
         rescore_experiment_job,
     ],
-    sensors=[driver_sensor, rubric_sensor],
+    sensors=[driver_sensor, rubric_sensor, rubric_observer],
     resources=resources(),
 )
 

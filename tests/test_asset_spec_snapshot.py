@@ -1,9 +1,10 @@
 """Every asset spec of the code location against a reviewed snapshot, as dagster-open-platform keeps its own.
 
 A change to an asset's key, partitions, code version, pool, group, dependencies (with their partition
-mappings), backfill policy, definition metadata or asset checks (name, partitions, blocking) fails this test until the snapshot is regenerated on
-purpose (``RL_ASSETS_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_asset_spec_snapshot.py``) and the diff
-reviewed with the change: a code version bump re-materializes history, a partition change orphans it.
+mappings), backfill policy, definition metadata or asset checks (name, partitions, blocking) fails this
+test until the snapshot is regenerated on purpose
+(``RL_ASSETS_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_asset_spec_snapshot.py``) and the diff reviewed
+with the change: a code version bump re-materializes history, a partition change orphans it.
 """
 
 from __future__ import annotations
