@@ -31,6 +31,7 @@ from rl_assets.domain.invariants import (
     verdict_finding,
 )
 from rl_assets.domain.models import Policy, Reward, Verdict
+from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.resources.stores import Stores
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.verdicts import CorruptVerdictError, verdict_key
@@ -65,8 +66,8 @@ def _verdicts(stores: Stores, experiment: str, reward: Reward, rubric_hash: str)
     return found
 
 
-def reward_findings(stores: Stores, config: ExperimentConfig, step: int, slot: str) -> Findings:
-    """The reward checks of one trial under ``config``'s rubric (a re-scoring's config is ``scored_with`` it)."""
+def reward_findings(stores: Stores, config: ExperimentConfig, rubric: AnyRubric, step: int, slot: str) -> Findings:
+    """The reward checks of one trial under ``rubric``, ``config``'s (a re-scoring's config is ``scored_with`` it)."""
     trial_id = f"s{step}-{slot}"
     try:
         reward = stores.trials.reward(config.name, config.rubric, step, slot)
@@ -76,7 +77,6 @@ def reward_findings(stores: Stores, config: ExperimentConfig, step: int, slot: s
         problem = f"{trial_id} has no reward record under {config.rubric}"
     if reward is None:
         return {ONE_VERDICT.name: failed(problem), REWARD_IN_RANGE.name: failed(problem)}
-    rubric = stores.rubrics.get(config.rubric)
     verdicts = _verdicts(stores, config.name, reward, rubric.content_hash)
     return {
         ONE_VERDICT.name: verdict_finding(reward, verdicts, judged=config.judge != "none"),
@@ -185,13 +185,13 @@ def experiment_checks(stores: Stores, config: ExperimentConfig, worlds: LocalWor
             add("worlds", world_id, None, world_findings(worlds.sealed_hash, world_id))
     failed_trials = stores.attempts.failed_trials(config.name)
     for rubric in stores.training.rubrics(config.name):
-        scored = config.scored_with(rubric)
+        scored, resolved = config.scored_with(rubric), stores.rubrics.get(rubric)
         for applied in stores.training.steps(config.name, rubric):
             for spec in scored.trials(applied.step):
                 if spec.trial_id in failed_trials:
                     continue
                 slot = spec.trial_id.split("-", 1)[1]
                 unit = f"{scored.step_key(applied.step)}|{slot}"  # the trial's partition key
-                add("rewards", unit, rubric, reward_findings(stores, scored, applied.step, slot))
+                add("rewards", unit, rubric, reward_findings(stores, scored, resolved, applied.step, slot))
             add("weights", scored.step_key(applied.step), rubric, step_findings(stores, scored, applied.step))
     return outcomes

@@ -14,7 +14,7 @@ from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Reward, Trajectory
-from rl_assets.domain.rubrics import kind_problem
+from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.scoring import reward_of, task_reward
 from rl_assets.domain.transcript_markdown import MESSAGE_CHARS, capped
 from rl_assets.domain.transcripts import Usage
@@ -60,7 +60,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     rubric = run_rubric(context, state, config)
     if config.judge == "none":  # a task experiment without a judge: the verifier's reward is the reward
         reward = task_reward(trajectory, rubric.name, None)
-        return _recorded(context, state, config, step, slot, reward, trajectory)
+        return _recorded(context, state, config, rubric, step, slot, reward, trajectory)
     problem = kind_problem(rubric, llm_judge=config.judge == "llm")
     if problem is not None:
         raise dg.Failure(f"{trial_id}: {problem}", allow_retries=False)
@@ -114,7 +114,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
             "trajectory_hash": trajectory.content_hash,
         },
         data_version=dg.DataVersion(reward.content_hash),
-        check_results=_checks(state, config.scored_with(rubric.name), step, slot),
+        check_results=_checks(state, config, rubric, step, slot),
     )
 
 
@@ -132,6 +132,7 @@ def _recorded(
     context: dg.AssetExecutionContext,
     state: Stores,
     config: ExperimentConfig,
+    rubric: AnyRubric,
     step: int,
     slot: str,
     reward: Reward,
@@ -152,13 +153,15 @@ def _recorded(
             "trajectory_hash": reward.trajectory_hash,
         },
         data_version=dg.DataVersion(reward.content_hash),
-        check_results=_checks(state, config.scored_with(reward.rubric_name), step, slot),
+        check_results=_checks(state, config, rubric, step, slot),
     )
 
 
-def _checks(state: Stores, scored: ExperimentConfig, step: int, slot: str) -> list[dg.AssetCheckResult]:
+def _checks(
+    state: Stores, config: ExperimentConfig, rubric: AnyRubric, step: int, slot: str
+) -> list[dg.AssetCheckResult]:
     """The reward's checks, on the records as stored (re-read, not the values in hand)."""
-    return check_results("rewards", reward_findings(state, scored, step, slot))
+    return check_results("rewards", reward_findings(state, config.scored_with(rubric.name), rubric, step, slot))
 
 
 def _judge_of(state: Stores, config: ExperimentConfig, trial_id: str) -> Judge:
