@@ -404,6 +404,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rl_assets.stores.experiments import UnknownExperimentError
 
     _checked(check_experiment_name, args.experiment, "--experiment")
+    if args.html is not None:
+        from rl_assets.plots import MissingPlottingError, require_matplotlib
+
+        try:
+            require_matplotlib()
+        except MissingPlottingError as err:
+            raise UsageError(f"--html: {err}") from None
     stores = _open(Home.resolve(args.home), with_ray=False)
     try:
         config = stores.experiments.get(args.experiment)
@@ -411,6 +418,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     report = evidence(stores, config)
     print(json.dumps(report) if args.json else format_report(report))
+    if args.html is not None:
+        from rl_assets.report_html import curves, render
+
+        Path(args.html).write_text(render(report, curves(stores, config)), encoding="utf-8")
+        print(f"wrote {args.html}", file=sys.stderr)
     return 0
 
 
@@ -532,6 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = with_home(sub.add_parser("report", help="the evidence table: retries, judge calls, actor pids"))
     _add_flag(report, FLAGS["--experiment"], dest="experiment")
     report.add_argument("--json", action="store_true")
+    report.add_argument("--html", metavar="FILE", help="also write a page with learning curves, checks and evidence")
     report.set_defaults(func=cmd_report)
 
     dev = with_home(sub.add_parser("dev", help="open the Dagster UI (and daemon) on this home"))

@@ -31,6 +31,7 @@ def load_definitions() -> dg.Definitions:
     from rl_assets.driver.sensor import driver_sensor, rubric_sensor
     from rl_assets.environment import resources
     from rl_assets.jobs import judge_job, train_job, trial_job, world_job
+    from rl_assets.rubric_observer import rubric_observer
 
     return dg.Definitions(
         assets=[rubrics, worlds, trajectories, rewards, weights],
@@ -43,7 +44,7 @@ def load_definitions() -> dg.Definitions:
             fork_experiment_job,
             rescore_experiment_job,
         ],
-        sensors=[driver_sensor, rubric_sensor],
+        sensors=[driver_sensor, rubric_sensor, rubric_observer],
         resources=resources(),
     )
 

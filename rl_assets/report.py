@@ -5,16 +5,22 @@ ledger, driver attempts), never from a process's memory, so the report of an
 experiment that survived crashes is as trustworthy as that of a clean one.
 Judge calls are reported with what became of each (answered, timed out with
 its late answer used, timeout, error, process died) and every extra call with
-its cause.
+its cause. The invariants are checked as the UI's asset checks check them
+(:mod:`rl_assets.invariants`), on every recorded unit.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.invariants import INVARIANTS
+from rl_assets.home import Home
+from rl_assets.invariants import experiment_checks
 from rl_assets.resources.stores import Stores
 from rl_assets.results import experiment_result, format_table
+from rl_assets.worlds import LocalWorlds
 
 
 def evidence(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
@@ -52,9 +58,15 @@ def evidence(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
             for s in stores.training.steps(name, config.rubric)
         ],
         "driver_attempts": result["counts"]["driver_attempts"],
+        "checks": [asdict(o) for o in experiment_checks(stores, config, _worlds(stores))],
         "learning": result,
         **({"cost": _cost(stores, config, result)} if "cost" in result else {}),
     }
+
+
+def _worlds(stores: Stores) -> LocalWorlds:
+    home = Home(stores.home)
+    return LocalWorlds(home.worlds, home.forks, home.tasks)
 
 
 def _cost(stores: Stores, config: ExperimentConfig, result: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +107,7 @@ def format_report(report: dict[str, Any]) -> str:
             for r in report["repairs"]
         ),
         *_cost_lines(report.get("cost")),
+        *check_lines(report["checks"]),
         "",
         format_table(report["learning"]),
     ]
@@ -114,3 +127,18 @@ def _cost_lines(cost: dict[str, Any] | None) -> list[str]:
         f"  cost          ${cost['usd']:.4f}{unpriced}; policy calls of attempts that produced nothing: "
         f"{cost['wasted_policy_calls']}",
     ]
+
+
+def check_lines(checks: list[dict[str, Any]]) -> list[str]:
+    """Each check's count of units passed, then every failure with its unit, rubric and reason."""
+    lines = []
+    for invariant in INVARIANTS:
+        mine = [c for c in checks if c["check"] == invariant.name]
+        passed = sum(c["passed"] for c in mine)
+        outcome = "-" if not mine else "passed" if passed == len(mine) else "FAILED"
+        lines.append(f"  check         {invariant.name:<16} {invariant.asset:<8} {passed}/{len(mine)} {outcome}")
+    for c in checks:
+        if not c["passed"]:
+            rubric = f" ({c['rubric']})" if c["rubric"] else ""
+            lines.append(f"  check failed  {c['check']} {c['unit']}{rubric}: {c['detail']}")
+    return lines

@@ -226,6 +226,14 @@ class LocalWorlds:
         with self._lock(world_id, shared=True):
             return self._cheap_check(world_id)
 
+    def sealed_hash(self, world_id: str) -> str:
+        """The seal check of :meth:`verified_hash`, read-only: a world without a seal record is an error, not sealed.
+
+        For readers that must not change the home (``rl-assets report``).
+        """
+        with self._lock(world_id, shared=True):
+            return self._cheap_check(world_id)
+
     def audited_hash(self, world_id: str) -> str:
         """The world's hash re-computed from every byte and checked against the record (the audit's check)."""
         recorded = self._hash_file(world_id).read_text().strip()

@@ -1,9 +1,10 @@
 """Every asset spec of the code location against a reviewed snapshot, as dagster-open-platform keeps its own.
 
 A change to an asset's key, partitions, code version, pool, group, dependencies (with their partition
-mappings), backfill policy or definition metadata fails this test until the snapshot is regenerated on
-purpose (``RL_ASSETS_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_asset_spec_snapshot.py``) and the diff
-reviewed with the change: a code version bump re-materializes history, a partition change orphans it.
+mappings), backfill policy, definition metadata or asset checks (name, partitions, blocking) fails this
+test until the snapshot is regenerated on purpose
+(``RL_ASSETS_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_asset_spec_snapshot.py``) and the diff reviewed
+with the change: a code version bump re-materializes history, a partition change orphans it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def asset_specs() -> dict[str, dict[str, Any]]:
             "backfill_policy": None if node.backfill_policy is None else str(node.backfill_policy.policy_type.value),
             "metadata_keys": sorted(node.metadata),
             "tags": dict(sorted(node.tags.items())),
+            "checks": {
+                spec.name: {"partitions": _partitions(spec.partitions_def), "blocking": spec.blocking}
+                for spec in sorted(assets_def.check_specs, key=lambda c: c.name)
+                if spec.asset_key == key
+            },
         }
     return specs
 

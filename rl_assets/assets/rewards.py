@@ -9,16 +9,18 @@ from functools import partial
 
 import dagster as dg
 
+from rl_assets.assets.checks import REWARD_CHECKS, check_results
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Reward, Trajectory
-from rl_assets.domain.rubrics import kind_problem
+from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.scoring import reward_of, task_reward
 from rl_assets.domain.transcript_markdown import MESSAGE_CHARS, capped
 from rl_assets.domain.transcripts import Usage
 from rl_assets.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.home import Home
+from rl_assets.invariants import reward_findings
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.stores.quarantine import read_or_quarantine
@@ -33,6 +35,7 @@ from rl_assets.workloads.seams import Judge
     code_version="reward-v1",
     group_name="rl",
     pool="judge",
+    check_specs=REWARD_CHECKS,
     description="One trial's reward: verifier correctness plus the judge's score, under the run's rubric.",
 )
 def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: JudgeResource) -> dg.MaterializeResult:
@@ -57,7 +60,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     rubric = run_rubric(context, state, config)
     if config.judge == "none":  # a task experiment without a judge: the verifier's reward is the reward
         reward = task_reward(trajectory, rubric.name, None)
-        return _recorded(context, state, experiment, step, slot, reward, trajectory)
+        return _recorded(context, state, config, rubric, step, slot, reward, trajectory)
     problem = kind_problem(rubric, llm_judge=config.judge == "llm")
     if problem is not None:
         raise dg.Failure(f"{trial_id}: {problem}", allow_retries=False)
@@ -111,6 +114,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
             "trajectory_hash": trajectory.content_hash,
         },
         data_version=dg.DataVersion(reward.content_hash),
+        check_results=_checks(state, config, rubric, step, slot),
     )
 
 
@@ -127,14 +131,15 @@ def _verifier_metadata(trajectory: Trajectory) -> dict[str, object]:
 def _recorded(
     context: dg.AssetExecutionContext,
     state: Stores,
-    experiment: str,
+    config: ExperimentConfig,
+    rubric: AnyRubric,
     step: int,
     slot: str,
     reward: Reward,
     trajectory: Trajectory,
 ) -> dg.MaterializeResult:
     """A reward that needed no judge (the verifier alone), recorded like any other."""
-    state.trials.save_reward(experiment, reward.rubric_name, step, slot, reward)
+    state.trials.save_reward(config.name, reward.rubric_name, step, slot, reward)
     state.damage.repaired("trial", context.partition_key)
     return dg.MaterializeResult(
         metadata={
@@ -148,7 +153,15 @@ def _recorded(
             "trajectory_hash": reward.trajectory_hash,
         },
         data_version=dg.DataVersion(reward.content_hash),
+        check_results=_checks(state, config, rubric, step, slot),
     )
+
+
+def _checks(
+    state: Stores, config: ExperimentConfig, rubric: AnyRubric, step: int, slot: str
+) -> list[dg.AssetCheckResult]:
+    """The reward's checks, on the records as stored (re-read, not the values in hand)."""
+    return check_results("rewards", reward_findings(state, config.scored_with(rubric.name), rubric, step, slot))
 
 
 def _judge_of(state: Stores, config: ExperimentConfig, trial_id: str) -> Judge:

@@ -12,6 +12,7 @@ from typing import Any
 
 import dagster as dg
 
+from rl_assets.assets.checks import WEIGHTS_CHECKS, chain_check_results, check_results
 from rl_assets.assets.partitions import STEP, trial_partition_key
 from rl_assets.assets.policy import parent_policy
 from rl_assets.assets.rubrics import run_rubric
@@ -19,6 +20,7 @@ from rl_assets.batches import DamagedRecordError, UnsettledTrialError, step_batc
 from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.domain.models import Reward, TrialSpec
+from rl_assets.invariants import step_findings
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.stores.quarantine import read_or_quarantine
@@ -139,6 +141,7 @@ def _train_earlier_steps(
     group_name="rl",
     pool="train",
     backfill_policy=dg.BackfillPolicy.single_run(),
+    check_specs=WEIGHTS_CHECKS,
     description="The policy after one training step (bandit priors), checkpointed and ledgered.",
 )
 def weights(
@@ -154,6 +157,7 @@ def weights(
         experiment, step = parse_step_key(key)
         chains[experiment].append(step)
     trained: list[dict[str, Any]] = []
+    findings = []
     for experiment, steps in sorted(chains.items()):
         config = state.experiments.get(experiment)
         scored = config.scored_with(run_rubric(context, state, config).name)
@@ -163,7 +167,14 @@ def weights(
             if BACKFILL_TAG in context.run.tags:
                 _train_earlier_steps(context, state, trainer, scored, step)
             trained.append(_train_step(context, state, trainer, scored, step))
+            findings.append(step_findings(state, scored, step))
     if len(trained) == 1:
         metadata = trained[0]
-        return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion(str(metadata["policy_hash"])))
-    return dg.MaterializeResult(metadata={"steps": dg.MetadataValue.json(trained)})
+        return dg.MaterializeResult(
+            metadata=metadata,
+            data_version=dg.DataVersion(str(metadata["policy_hash"])),
+            check_results=check_results("weights", findings[0]),
+        )
+    return dg.MaterializeResult(
+        metadata={"steps": dg.MetadataValue.json(trained)}, check_results=chain_check_results("weights", findings)
+    )

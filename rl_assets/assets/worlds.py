@@ -2,7 +2,9 @@
 
 import dagster as dg
 
+from rl_assets.assets.checks import WORLD_CHECKS, check_results
 from rl_assets.assets.partitions import WORLD
+from rl_assets.invariants import world_findings
 from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
 
@@ -11,6 +13,7 @@ from rl_assets.resources.world_store import WorldStoreResource
     partitions_def=WORLD,
     code_version="world-v1",
     group_name="rl",
+    check_specs=WORLD_CHECKS,
     description="A sealed world: the documents a trial's agent explores through its private fork.",
 )
 def worlds(
@@ -26,4 +29,5 @@ def worlds(
             "built_now": built_now,
         },
         data_version=dg.DataVersion(digest),
+        check_results=check_results("worlds", world_findings(world_store.verified_hash, world_id, digest)),
     )

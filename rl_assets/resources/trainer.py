@@ -34,7 +34,7 @@ import time
 import dagster as dg
 from pydantic import PrivateAttr
 
-from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.invariants import step_identity
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.training import AppliedStep, CheckpointStore, TrainingLedger
@@ -197,7 +197,7 @@ class TrainerResource(dg.ConfigurableResource):
         a second writer of the step waits and then reads the first one's row.
         """
         chosen = workload(workload_name)
-        identity = content_hash({"parent": parent.content_hash, "batch": [r.content_hash for r in batch], "lr": lr})
+        identity = step_identity(parent.content_hash, batch, lr)
         with ledger.step_lock(experiment, rubric, step):
             recorded = ledger.get(experiment, rubric, step)
             if recorded is not None:

@@ -89,6 +89,14 @@ class TrainingLedger:
         assert recorded is not None
         return recorded
 
+    def rubrics(self, experiment: str) -> list[str]:
+        """The rubrics ``experiment`` was trained under (its own, and every re-scoring), sorted."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT DISTINCT rubric FROM rl_train_ledger WHERE experiment = %s ORDER BY rubric", (experiment,)
+            )
+            return [row[0] for row in cur.fetchall()]
+
     def steps(self, experiment: str, rubric: str) -> list[AppliedStep]:
         with self.db.transaction() as cur:
             cur.execute(

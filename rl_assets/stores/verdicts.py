@@ -203,6 +203,15 @@ class VerdictLedger:
                 cur.execute("DELETE FROM rl_verdicts WHERE verdict_key = %s", (key,))
             return None, DAMAGED
 
+    def keys(self, key_prefix: str) -> list[str]:
+        """Every recorded verdict key under ``key_prefix`` (intact or not), sorted."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT verdict_key FROM rl_verdicts WHERE starts_with(verdict_key, %s) ORDER BY verdict_key",
+                (key_prefix,),
+            )
+            return [row[0] for row in cur.fetchall()]
+
     def damaged_keys(self, key_prefix: str) -> list[str]:
         """Keys under ``key_prefix`` whose verdict no longer matches its hash."""
         with self.db.transaction() as cur:

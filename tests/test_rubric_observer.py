@@ -1,0 +1,80 @@
+"""The rubric registry is observed by default, under the real ``dagster-daemon``.
+
+Nothing is switched on: the daemon's first tick of ``rubric_observer`` records
+the registry's version as the data version of ``rubrics``. An experiment is
+trained against it; a new rubric is registered, the next tick records the new
+version, and the experiment's rewards are stale (their rubric input
+changed) while its trajectories and worlds are not. (Dagster's resolver does
+not carry staleness across the weights' many-to-one partition mapping, so
+weights are not asserted on.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.data_version import StaleStatus
+from dagster._utils.test.data_versions import get_stale_status_resolver
+
+from rl_assets.definitions import defs
+from rl_assets.rubric_observer import DATA_VERSION_TAG, OBSERVE_INTERVAL_S
+from rl_assets.testing.expectations import cli_args, run_cli
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "observed"
+FIELDS = dict(steps=1, worlds=1, prompts=1, samples=1)
+NEW_RUBRIC = {"name": "v4-observed", "correctness_weight": 1.0, "efficiency_weight": 0.1, "tidiness_weight": 0.0}
+
+
+@pytest.fixture
+def daemon(home: Path) -> Iterator[subprocess.Popen]:
+    with open(home / "logs" / "observer-daemon.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dagster._daemon", "run", "-w", str(REPO / "workspace.yaml")],
+            stdout=log,
+            stderr=log,
+            cwd=REPO,
+            start_new_session=True,
+        )
+    yield proc
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _observed_version(instance: dg.DagsterInstance) -> str | None:
+    records = instance.fetch_observations(dg.AssetKey("rubrics"), limit=1).records
+    return records[0].asset_observation.tags.get(DATA_VERSION_TAG) if records else None
+
+
+def _wait_for_version(instance: dg.DagsterInstance, version: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while (seen := _observed_version(instance)) != version:
+        assert time.monotonic() < deadline, f"rubrics observed at {seen}, not {version}, after {timeout:.0f}s"
+        time.sleep(1.0)  # polling the event log: the daemon's tick is the event
+
+
+def test_the_registry_is_observed_by_default_and_a_new_rubric_makes_rewards_stale(home, daemon, stores, instance):
+    _wait_for_version(instance, stores.rubrics.version(), timeout=120)
+    run_cli(home, "train", *cli_args(NAME, FIELDS), "--json")
+    rubric_file = home.parent / f"{NEW_RUBRIC['name']}.json"
+    rubric_file.write_text(json.dumps(NEW_RUBRIC))
+    run_cli(home, "rubrics", "--add", str(rubric_file))
+
+    _wait_for_version(instance, stores.rubrics.version(), timeout=OBSERVE_INTERVAL_S + 90)
+
+    resolver = get_stale_status_resolver(instance, list(defs.assets))
+    trial = dg.MultiPartitionKey({"step": f"{NAME}/s0", "trial": "p0-n0"})
+    assert resolver.get_status(dg.AssetKey("rewards"), trial) == StaleStatus.STALE
+    assert resolver.get_status(dg.AssetKey("trajectories"), trial) == StaleStatus.FRESH
+    assert resolver.get_status(dg.AssetKey("worlds"), "w0") == StaleStatus.FRESH
+    ticks = instance.fetch_observations(dg.AssetKey("rubrics"), limit=100).records
+    assert len({r.asset_observation.tags[DATA_VERSION_TAG] for r in ticks}) == len(ticks), "one per version"
