@@ -150,43 +150,6 @@ def _open(home: Home, with_ray: bool = True):
     return Stores(home.root, Database.from_env())
 
 
-class Progress:
-    """One status line on stderr, rewritten in place on a terminal."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.last = ""
-
-    def show(self, text: str) -> None:
-        if text == self.last:
-            return
-        self.last = text
-        sys.stderr.write(("\r\033[K" + text) if self.tty else text + "\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        """End the status line, so whatever is printed next (a result, an error) starts on its own line."""
-        if self.tty and self.last:
-            sys.stderr.write("\n")
-        self.last = ""
-
-
-def _describe(p) -> str:
-    if p.worlds_missing:
-        return f"{p.config.name}: building worlds ({len(p.worlds_missing)} left)"
-    if not p.steps:
-        return f"{p.config.name}: starting"
-    if p.done:
-        return f"{p.config.name}: {p.config.steps}/{p.config.steps} steps trained (rubric {p.config.rubric})"
-    s = next(s for s in p.steps if not s.complete)
-    phase = "training" if s.train_running else ("repairing" if s.trained else "rolling out")
-    return (
-        f"{p.config.name} ({p.config.rubric}): step {s.step} ({s.step + 1} of {p.config.steps}) {phase}: "
-        f"{s.count('ok')} ok, {s.count('failed')} failed, "
-        f"{s.count('running')} running, {s.count('pending')} pending of {len(s.trials)} trials"
-    )
-
-
 def _follow(home: Home, stores, config: ExperimentConfig, rubric: str | None = None) -> None:
     """Follow ``config`` (re-scored under ``rubric`` if given) to done while the home's daemon drives it.
 
@@ -201,6 +164,7 @@ def _follow(home: Home, stores, config: ExperimentConfig, rubric: str | None = N
 
     from rl_assets.driver.audit import audit
     from rl_assets.driver.planner import plan, stuck_units
+    from rl_assets.progress_display import ProgressDisplay
     from rl_assets.services.daemon import LocalDaemon
     from rl_assets.stores.database import TRANSIENT_DB_ERRORS
     from rl_assets.stores.locks import SessionLock, driver_lock
@@ -210,7 +174,7 @@ def _follow(home: Home, stores, config: ExperimentConfig, rubric: str | None = N
         lock = SessionLock(stores.db.info, driver_lock(cur, config.name))
     if not lock.acquire(wait_s=0):
         raise UsageError(f"another driver is already running experiment {config.name!r}")
-    progress = Progress()
+    progress = ProgressDisplay()
 
     def current(instance):
         deadline = time.monotonic() + DB_OUTAGE_TIMEOUT_S
@@ -222,7 +186,7 @@ def _follow(home: Home, stores, config: ExperimentConfig, rubric: str | None = N
             except TRANSIENT_DB_ERRORS:
                 if time.monotonic() > deadline:
                     raise
-                progress.show(f"{config.name}: the database is unavailable; waiting for it")
+                progress.note(f"{config.name}: the database is unavailable; waiting for it")
                 time.sleep(1.0)
 
     daemon = LocalDaemon(home)
@@ -245,11 +209,11 @@ def _follow(home: Home, stores, config: ExperimentConfig, rubric: str | None = N
                         raise RuntimeError(
                             f"the daemon died {MAX_DRIVER_ATTEMPTS} times; see {home.logs / 'daemon.log'}"
                         )
-                    progress.show(f"{config.name}: the daemon is not running; starting it")
+                    progress.note(f"{config.name}: the daemon is not running; starting it")
                     daemon.ensure_running()
-                progress.show(_describe(p))
+                progress.plan(p)
                 time.sleep(FOLLOW_POLL_S)
-            progress.show(_describe(p))
+            progress.plan(p)
     finally:
         progress.close()
         lock.release()
@@ -376,6 +340,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from rl_assets.driver.planner import plan
+    from rl_assets.progress_display import describe
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import UnknownExperimentError
 
@@ -390,11 +355,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         p = plan(instance, stores, config)
     result = experiment_result(stores, config)
     result["status"] = "done" if p.done else "in progress"
-    result["progress"] = _describe(p)
+    result["progress"] = describe(p)
     if args.json:
         print(json.dumps(result))
     else:
-        print(_describe(p))
+        print(describe(p))
         print(format_table(result))
     return 0
 
@@ -573,7 +538,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    warnings.filterwarnings("ignore", message=".*is currently in beta.*")  # Dagster's, not the user's concern
+    # Dagster's beta and preview notices are not the user's concern (and must not look like an error).
+    warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
     args = build_parser().parse_args(argv)
     try:
         if args.command not in ("stop", "tasks"):  # these work whatever the environment says

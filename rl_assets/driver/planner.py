@@ -11,12 +11,13 @@ Dagster recorded, so it is launched again.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
 import dagster as dg
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
@@ -34,20 +35,35 @@ ACTIVE_STATUSES = {
 
 WILL_RETRY_TAG = "dagster/will_retry"
 PARENT_RUN_TAG = "dagster/parent_run_id"
+RETRY_GRACE_S = 30.0
+"""How long a failed run that Dagster says it will retry stands in flight for its retry.
+
+Dagster's retry daemon creates the retry within seconds, but it can miss one: it reads failures from the
+event log, and a run whose failure event it reads before the run's status is updated is never retried.
+Past this grace the driver launches the unit itself.
+"""
 
 
-def in_flight(runs: list[DagsterRun]) -> bool:
+def in_flight(records: list[RunRecord], now: float | None = None) -> bool:
     """A unit has a run in flight: one active, or a failed one that Dagster's run retries will launch again.
 
     A run whose worker died is failed by run monitoring and retried by the daemon (``run_retries``); until
-    the retry exists the failed run stands for it, or the driver would launch the unit a second time.
+    the retry exists (or :data:`RETRY_GRACE_S` has passed) the failed run stands for it, or the driver would
+    launch the unit a second time.
     """
-    retried = {r.tags[PARENT_RUN_TAG] for r in runs if PARENT_RUN_TAG in r.tags}
-    return any(
-        r.status in ACTIVE_STATUSES
-        or (r.status == DagsterRunStatus.FAILURE and r.tags.get(WILL_RETRY_TAG) == "true" and r.run_id not in retried)
-        for r in runs
-    )
+    now = time.time() if now is None else now
+    retried = {r.dagster_run.tags[PARENT_RUN_TAG] for r in records if PARENT_RUN_TAG in r.dagster_run.tags}
+
+    def awaiting_retry(record: RunRecord) -> bool:
+        run = record.dagster_run
+        return (
+            run.status == DagsterRunStatus.FAILURE
+            and run.tags.get(WILL_RETRY_TAG) == "true"
+            and run.run_id not in retried
+            and now - record.update_timestamp.timestamp() < RETRY_GRACE_S
+        )
+
+    return any(r.dagster_run.status in ACTIVE_STATUSES or awaiting_retry(r) for r in records)
 
 
 TrialState = Literal["ok", "failed", "running", "pending"]
@@ -149,15 +165,16 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
     """
     scoring = config.scored_with(rubric or config.rubric)
     rescoring = scoring.rubric != config.rubric
-    runs = instance.get_runs(filters=RunsFilter(tags={EXPERIMENT_TAG: config.name}))
-    by_unit: dict[tuple[str, str], list] = defaultdict(list)
-    for run in runs:
-        by_unit[(run.tags.get(PARTITION_TAG, ""), run.tags.get(RUBRIC_TAG, config.rubric))].append(run)
+    records = instance.get_run_records(filters=RunsFilter(tags={EXPERIMENT_TAG: config.name}))
+    by_unit: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    for record in records:
+        run = record.dagster_run
+        by_unit[(run.tags.get(PARTITION_TAG, ""), run.tags.get(RUBRIC_TAG, config.rubric))].append(record)
 
     def run_counts(key: str) -> tuple[bool, int, int]:
         """(a run in flight, runs so far, runs failed since the last success) of one unit."""
         rs = by_unit.get((key, scoring.rubric), [])
-        return in_flight(rs), len(rs), _failures_since_success(rs)
+        return in_flight(rs), len(rs), _failures_since_success([r.dagster_run for r in rs])
 
     base_tags = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}
     launches: list[Launch] = []
