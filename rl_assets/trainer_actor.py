@@ -13,16 +13,18 @@ handed and returns.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import ray
 
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.workloads.registry import REFERENCE, workload
+from rl_assets.workloads.seams import TrainingWorkspace
 
-INTERFACE = 2
+INTERFACE = 3
 """The version of the actor's methods. A detached actor outlives upgrades of the code on a long-lived head, so
 the resource replaces one whose interface differs instead of calling it with arguments it does not take
-(version 2: ``apply`` takes the workload's name)."""
+(version 2: ``apply`` takes the workload's name; 3: and the home's artifact root, the trainer's workspace)."""
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -45,8 +47,13 @@ class TrainerActor:
         batch_json: list[str],
         lr: float,
         workload_name: str = REFERENCE.name,
+        artifacts: str = "",
     ) -> tuple[str, int, bool]:
-        """Apply step ``identity`` to ``chain``; returns ``(policy checkpoint, pid, applied now)``."""
+        """Apply step ``identity`` to ``chain``; returns ``(policy checkpoint, pid, applied now)``.
+
+        ``artifacts`` is the home's artifact root: where the trainer reads the batch's trajectories and
+        writes checkpoint files (:class:`~rl_assets.workloads.seams.TrainingWorkspace`).
+        """
         trainer = workload(workload_name).trainer
         if identity in self.applied:
             return trainer.checkpoint(self.applied[identity]), os.getpid(), False
@@ -54,7 +61,8 @@ class TrainerActor:
         current = self.policies.get(chain)
         if current is None or current.content_hash != parent.content_hash:
             current = parent  # restore from the checkpoint after a restart or a rewind
-        new = trainer.update(current, [Reward.model_validate_json(r) for r in batch_json], lr)
+        workspace = TrainingWorkspace(artifacts=Path(artifacts), experiment=chain.rsplit("/", 1)[0])
+        new = trainer.update(current, [Reward.model_validate_json(r) for r in batch_json], lr, workspace)
         self.policies[chain] = new
         self.applied[identity] = new
         return trainer.checkpoint(new), os.getpid(), True

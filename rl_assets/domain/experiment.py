@@ -7,6 +7,7 @@ rubric) is derived from it, so no process has to remember anything.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.fields import FieldInfo
 
 from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.language_model import TINY_MODEL
 from rl_assets.domain.models import FailedTrialPolicy, TrialSpec
 from rl_assets.domain.names import (
     EXPERIMENT_NAME_RULE,
@@ -39,7 +41,12 @@ DEFAULT_TASK_RUBRIC = "task-done"
 TASKS_WORKLOAD = "tasks"
 """The workload of Harbor task sets: a tool-using agent over an OpenAI-compatible API, the task's verifier."""
 JudgeKind = Literal["none", "llm"]
-TrainerKind = Literal["none"]
+TrainerKind = Literal["none", "grpo"]
+MAX_GRPO_LR = 0.1
+"""A language model's learning rate; the bandit's default (2.0) would wreck one, so grpo refuses it."""
+DEFAULT_CLIP = 0.2
+DEFAULT_MICRO_BATCH = 4
+GRPO_FIELDS = ("model", "clip", "kl_coef", "micro_batch")
 
 
 def _task_field(description: str, **extra: object) -> Any:
@@ -119,7 +126,29 @@ class ExperimentConfig(BaseModel):
     )
     judge_model: str | None = _task_field("The model name the LLM judge asks that server for.")
     trainer: TrainerKind | None = _task_field(
-        "'none' keeps the policy fixed: each step is an evaluation pass (the default for tasks)."
+        "'none' keeps the policy fixed: each step is an evaluation pass (the default for tasks); "
+        "'grpo' trains a causal LM (--model) on the step's trajectories in the trainer actor (the 'llm' extra)."
+    )
+    model: str | None = _task_field(
+        f"--trainer grpo: the causal LM to train: '{TINY_MODEL}' (a small model built from a config, seeded, "
+        "byte-level tokenizer, no download) or the absolute path of a local checkpoint directory."
+    )
+    clip: float | None = _task_field(
+        f"--trainer grpo: clip range of the importance ratio (0 to 10; default {DEFAULT_CLIP}).",
+        gt=0,
+        le=10,
+        allow_inf_nan=False,
+    )
+    kl_coef: float | None = _task_field(
+        "--trainer grpo: weight of the KL to the base model (0 to 100); unset: no KL term.",
+        ge=0,
+        le=100,
+        allow_inf_nan=False,
+    )
+    micro_batch: int | None = _task_field(
+        f"--trainer grpo: samples per forward/backward pass (1 to 1024; default {DEFAULT_MICRO_BATCH}).",
+        ge=1,
+        le=1024,
     )
     workload: WorkloadName = Field(
         "reference",
@@ -141,13 +170,18 @@ class ExperimentConfig(BaseModel):
                 data["judge"] = "none" if data.get("judge_url") is None else "llm"
             if data.get("trainer") is None:
                 data["trainer"] = "none"
+            if data.get("trainer") == "grpo":
+                if data.get("clip") is None:
+                    data["clip"] = DEFAULT_CLIP
+                if data.get("micro_batch") is None:
+                    data["micro_batch"] = DEFAULT_MICRO_BATCH
             if data.get("rubric") in (None, DEFAULT_RUBRIC):  # the reference default cannot judge a task
                 data["rubric"] = DEFAULT_TASK_RUBRIC
         return data
 
     @model_validator(mode="after")
     def _task_fields_for_task_workloads(self) -> ExperimentConfig:
-        task_only = ("policy_url", "policy_model", "judge", "judge_url", "judge_model", "trainer")
+        task_only = ("policy_url", "policy_model", "judge", "judge_url", "judge_model", "trainer", *GRPO_FIELDS)
         if self.tasks is None:
             given = [f for f in (*task_only, "task_worlds") if getattr(self, f) is not None]
             if given:
@@ -165,6 +199,23 @@ class ExperimentConfig(BaseModel):
             raise ValueError("an LLM judge needs --judge-url and --judge-model (or --judge none)")
         if self.judge == "none" and (self.judge_url is not None or self.judge_model is not None):
             raise ValueError("--judge none takes no --judge-url or --judge-model")
+        return self._grpo_fields_for_grpo()
+
+    def _grpo_fields_for_grpo(self) -> ExperimentConfig:
+        if self.trainer != "grpo":
+            given = [f for f in GRPO_FIELDS if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to --trainer grpo only")
+            return self
+        if self.model is None:
+            raise ValueError(f"--trainer grpo needs --model ('{TINY_MODEL}' or a checkpoint directory)")
+        if self.model != TINY_MODEL and not os.path.isabs(self.model):
+            raise ValueError(f"--model must be '{TINY_MODEL}' or an absolute path (a checkpoint directory)")
+        if self.lr > MAX_GRPO_LR:
+            raise ValueError(
+                f"--trainer grpo needs --lr at most {MAX_GRPO_LR:g} (a language model's learning rate; "
+                "the default 2.0 is the bandit's)"
+            )
         return self
 
     @model_validator(mode="after")

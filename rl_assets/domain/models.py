@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from rl_assets.domain.language_model import LanguageModelPolicy
 from rl_assets.domain.names import RubricName
 from rl_assets.domain.record import Record
 from rl_assets.domain.transcripts import Transcript, Usage
@@ -41,10 +42,15 @@ class Rubric(Record):
 
 
 class Policy(Record):
-    """The bandit policy: a prior over the 8 documents of each world."""
+    """The policy a step starts from: the bandit's priors over the 8 documents of each world, or a language model.
+
+    A language model's weights are files; ``lm`` names its checkpoint (and is left out of the bandit's JSON,
+    so a reference policy dumps and hashes as before).
+    """
 
     version: int = Field(ge=0)
     priors: dict[str, list[float]]
+    lm: LanguageModelPolicy | None = Field(None, exclude_if=lambda v: v is None)
 
     @classmethod
     def initial(cls, world_ids: list[str]) -> Policy:

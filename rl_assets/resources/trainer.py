@@ -115,6 +115,7 @@ class TrainerResource(dg.ConfigurableResource):
 
     def _apply(
         self,
+        checkpoints: CheckpointStore,
         experiment: str,
         rubric: str,
         identity: str,
@@ -133,6 +134,7 @@ class TrainerResource(dg.ConfigurableResource):
                 [r.model_dump_json() for r in batch],
                 lr,
                 chosen.name,
+                str(checkpoints.artifacts.root),
             )
         )
         return chosen.trainer.restore(checkpoint), pid, applied_now
@@ -153,7 +155,9 @@ class TrainerResource(dg.ConfigurableResource):
                 f"the checkpoint of {where} is lost and its inputs changed since it was trained "
                 f"(identity {identity}, ledger {recorded.identity}); it cannot be re-derived"
             )
-        policy, _, _ = self._apply(recorded.experiment, recorded.rubric, identity, parent, batch, lr, chosen)
+        policy, _, _ = self._apply(
+            checkpoints, recorded.experiment, recorded.rubric, identity, parent, batch, lr, chosen
+        )
         if policy.content_hash != recorded.policy_hash:
             raise RuntimeError(
                 f"re-deriving the lost checkpoint of {where} gave policy {policy.content_hash}, "
@@ -206,7 +210,7 @@ class TrainerResource(dg.ConfigurableResource):
                     recorded,
                     False,
                 )
-            policy, pid, applied_now = self._apply(experiment, rubric, identity, parent, batch, lr, chosen)
+            policy, pid, applied_now = self._apply(checkpoints, experiment, rubric, identity, parent, batch, lr, chosen)
             checkpoints.save(experiment, rubric, step, policy)
             row = ledger.record(
                 AppliedStep(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward
+from rl_assets.workloads.seams import TrainingWorkspace
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class FixedPolicyTrainer:
     def initial(self, config: ExperimentConfig) -> Policy:
         return Policy(version=0, priors={})
 
-    def update(self, parent: Policy, batch: list[Reward], lr: float) -> Policy:
+    def update(self, parent: Policy, batch: list[Reward], lr: float, workspace: TrainingWorkspace) -> Policy:
         return parent.model_copy(update={"version": parent.version + 1})
 
     def checkpoint(self, policy: Policy) -> str:

@@ -15,7 +15,7 @@ from rl_assets.domain.models import Policy, Reward, Trajectory, TrialSpec, Verdi
 from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
-from rl_assets.workloads.seams import Attempt, Environment
+from rl_assets.workloads.seams import Attempt, Environment, TrainingWorkspace
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class BanditTrainer:
     def initial(self, config: ExperimentConfig) -> Policy:
         return Policy.initial(config.world_ids)
 
-    def update(self, parent: Policy, batch: list[Reward], lr: float) -> Policy:
+    def update(self, parent: Policy, batch: list[Reward], lr: float, workspace: TrainingWorkspace) -> Policy:
         return apply_step(parent, batch, lr)
 
     def checkpoint(self, policy: Policy) -> str:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rl_assets.domain.experiment import TASKS_WORKLOAD, ExperimentConfig
-from rl_assets.workloads.evaluation import FixedPolicyTrainer
 from rl_assets.workloads.harbor.workload import TaskAgent, VerifierOnlyJudge
 from rl_assets.workloads.reference import BanditTrainer, ReferenceAgent, SimulatedJudge
 from rl_assets.workloads.seams import Agent, Judge, Trainer
+from rl_assets.workloads.task_trainer import TaskTrainer
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,9 @@ class UnknownWorkloadError(KeyError):
 REFERENCE = Workload(name="reference", agent=ReferenceAgent(), judge=SimulatedJudge(), trainer=BanditTrainer())
 """The built-in workload: the bandit of reference-workload.md, the default of every experiment."""
 
-TASKS = Workload(name=TASKS_WORKLOAD, agent=TaskAgent(), judge=VerifierOnlyJudge(), trainer=FixedPolicyTrainer())
-"""Harbor task sets (``--tasks``): the chat agent against the experiment's policy server, the task's verifier."""
+TASKS = Workload(name=TASKS_WORKLOAD, agent=TaskAgent(), judge=VerifierOnlyJudge(), trainer=TaskTrainer())
+"""Harbor task sets (``--tasks``): the chat agent against the experiment's policy server, the task's verifier;
+``--trainer none`` keeps the policy, ``--trainer grpo`` trains a causal LM."""
 
 _REGISTRY: dict[str, Workload] = {REFERENCE.name: REFERENCE, TASKS.name: TASKS}
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from rl_assets.domain.agent import Rollout
@@ -27,6 +28,8 @@ from rl_assets.domain.models import Policy, Reward, Trajectory, TrialSpec, Verdi
 from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.transcripts import Usage
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout, SandboxRequest
+from rl_assets.stores.artifacts import ArtifactStore
+from rl_assets.stores.trials import TrialRecords
 from rl_assets.tasks.task import Task
 
 RequestFactory = Callable[[ForkLayout], SandboxRequest]
@@ -184,6 +187,35 @@ class Judge(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class TrainingWorkspace:
+    """What a trainer in the actor may read and write besides its arguments: the home's artifact store.
+
+    A trainer on token data reads the step's trajectories here (each checked against the hash its reward
+    names, so it trains on exactly what was judged), and one whose weights are files keeps its
+    checkpoint directories under ``models`` (content-addressed, so a replay writes the same bytes).
+    The actor must therefore see the home's files: the local Ray head does; on KubeRay the artifact
+    root must be a shared volume.
+    """
+
+    artifacts: Path
+    experiment: str
+
+    @property
+    def models(self) -> Path:
+        """Where model checkpoint directories live, one per digest."""
+        return self.artifacts / "models"
+
+    def trajectory(self, reward: Reward) -> Trajectory:
+        """The trajectory ``reward`` scored; raises when it is missing or not the one the reward names."""
+        step, _, slot = reward.trial_id.removeprefix("s").partition("-")
+        found = TrialRecords(ArtifactStore(self.artifacts)).trajectory(self.experiment, int(step), slot)
+        if found is None or found.content_hash != reward.trajectory_hash:
+            state = "missing" if found is None else f"{found.content_hash}, not {reward.trajectory_hash}"
+            raise RuntimeError(f"trajectory of {reward.trial_id} in {self.experiment} is {state}")
+        return found
+
+
 class Trainer(Protocol):
     """The initial policy; one step's canonical batch applied to a parent policy; checkpoints and restores.
 
@@ -191,16 +223,18 @@ class Trainer(Protocol):
     which remembers applied step identities; the training ledger around it
     makes each step applied exactly once and re-derives lost checkpoints by
     replaying a step. Owed: ``update`` is deterministic in (parent, batch, lr)
-    (a replay must reproduce the ledger's policy hash), and ``restore``
-    inverts ``checkpoint`` exactly (a rebuilt actor resumes from a
-    checkpoint it is handed).
+    (a replay must reproduce the ledger's policy hash; what it reads from the
+    workspace is pinned by the batch's hashes), and ``restore`` inverts
+    ``checkpoint`` exactly (a rebuilt actor resumes from a checkpoint it is
+    handed). Files a trainer writes to the workspace must be written before
+    ``update`` returns: the ledger row follows.
     """
 
     def initial(self, config: ExperimentConfig) -> Policy:
         """The policy step 0 starts from (version 0); the same for every call with an equal config."""
         ...
 
-    def update(self, parent: Policy, batch: list[Reward], lr: float) -> Policy:
+    def update(self, parent: Policy, batch: list[Reward], lr: float, workspace: TrainingWorkspace) -> Policy:
         """The policy after one step on ``batch`` (already in canonical order), version ``parent.version + 1``."""
         ...
 

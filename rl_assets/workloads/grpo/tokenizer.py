@@ -1,0 +1,134 @@
+"""Chat tokenizers: how a recorded conversation becomes a prompt's and a response's token ids.
+
+A trainer on agentic rollouts trains each model call as one sample: the prompt is every message before the
+call's assistant message (so tool output, only ever part of a later prompt, is never trained on), the
+response is that assistant message. ``ByteChatTokenizer`` is the tiny model's (bytes 0-255 and a few
+special tokens, nothing to download); ``HFChatTokenizer`` wraps a checkpoint directory's own tokenizer and
+chat template.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from rl_assets.domain.transcripts import Message
+
+BYTE_TOKENIZER_FILE = "rl_assets_tokenizer.json"
+"""Written beside a saved tiny model: its tokenizer is the byte-level one, not a transformers tokenizer."""
+
+
+class ChatTokenizer(Protocol):
+    """Token ids of a prompt (the messages before a model call) and of the call's response."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def pad_id(self) -> int: ...
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        """The prompt the model saw before answering: the messages, then the start of an assistant turn."""
+        ...
+
+    def response_ids(self, messages: Sequence[Message], answer: Message) -> list[int]:
+        """The ids the model produced for ``answer`` after ``messages`` (its end-of-turn token included)."""
+        ...
+
+
+SPECIALS = ("<|pad|>", "<|bos|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|call|>")
+
+
+class ByteChatTokenizer:
+    """Bytes 0-255 are themselves; special tokens follow. A message is its role token, its UTF-8 bytes, a
+    ``<|call|>`` with ``name arguments`` per tool call, and ``<|eos|>``."""
+
+    def __init__(self) -> None:
+        self._special = {name: 256 + i for i, name in enumerate(SPECIALS)}
+
+    @property
+    def vocab_size(self) -> int:
+        return 256 + len(SPECIALS)
+
+    @property
+    def pad_id(self) -> int:
+        return self._special["<|pad|>"]
+
+    def _body(self, message: Message) -> list[int]:
+        ids = list((message.content or "").encode("utf-8"))
+        for call in message.tool_calls:
+            ids += [self._special["<|call|>"], *f"{call.name} {call.arguments}".encode()]
+        return [*ids, self._special["<|eos|>"]]
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        ids = [self._special["<|bos|>"]]
+        for m in messages:
+            ids += [self._special[f"<|{m.role}|>"], *self._body(m)]
+        return [*ids, self._special["<|assistant|>"]]
+
+    def response_ids(self, messages: Sequence[Message], answer: Message) -> list[int]:
+        return self._body(answer)
+
+    def save(self, directory: Path) -> None:
+        """Mark ``directory`` (a saved model) as using this tokenizer."""
+        (directory / BYTE_TOKENIZER_FILE).write_text(json.dumps({"kind": "bytes", "specials": list(SPECIALS)}))
+
+
+def _chat(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages in the shape chat templates take (tool calls with their arguments as sent)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        d: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+        if m.tool_calls:
+            d["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in m.tool_calls
+            ]
+        if m.tool_call_id is not None:
+            d["tool_call_id"] = m.tool_call_id
+        out.append(d)
+    return out
+
+
+class HFChatTokenizer:
+    """A checkpoint directory's tokenizer and chat template; the response is the full conversation's ids past
+    the prompt's (the usual way to cut a templated conversation into prompt and completion)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokenizer)
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.tokenizer.eos_token_id
+
+    def _ids(self, messages: Sequence[Message], generation_prompt: bool) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(
+            _chat(messages), tokenize=True, add_generation_prompt=generation_prompt, return_dict=False
+        )
+        return list(ids)
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        return self._ids(messages, generation_prompt=True)
+
+    def response_ids(self, messages: Sequence[Message], answer: Message) -> list[int]:
+        prompt = self.prompt_ids(messages)
+        full = self._ids([*messages, answer], generation_prompt=False)
+        if full[: len(prompt)] != prompt:
+            raise ValueError("the chat template does not extend the prompt with the answer; cannot cut a response")
+        return full[len(prompt) :]
+
+
+def load_tokenizer(directory: Path) -> ChatTokenizer:
+    """The tokenizer of a checkpoint directory: the byte-level one if marked so, else the directory's own."""
+    if (directory / BYTE_TOKENIZER_FILE).exists():
+        return ByteChatTokenizer()
+    from transformers import AutoTokenizer
+
+    return HFChatTokenizer(AutoTokenizer.from_pretrained(directory, local_files_only=True))
