@@ -399,6 +399,7 @@ class Kill:
     at: str
     pids: list[int]
     runs_left_active: list[str] = field(default_factory=list)
+    """Runs the kill left active whose worker it killed: run monitoring must fail each, saying why."""
     trial_id: str | None = None
 
 
@@ -417,8 +418,10 @@ def kill(kind: KillKind, train: Train, watch: Watch, home: Path, after_progress:
     wait_for(lambda: watch.progress() >= after_progress, f"{after_progress} durable events", while_running=proc)
     at = f"after {watch.progress()} durable events"
     if kind == "tree":
-        active = [r.run_id for r in watch.active_runs()]
-        return Kill(kind, at, kill_train_tree(train, watch, home), active)
+        killed = kill_train_tree(train, watch, home)
+        # Runs whose worker was killed; a run still queued had none, and the next daemon simply launches it.
+        with_worker = [r.run_id for r in watch.active_runs() if WORKER_PID_TAG in r.tags]
+        return Kill(kind, at, killed, with_worker)
     if kind in ("trial", "judge"):
         worker, run, trial_id = wait_for(
             lambda: target_worker(watch, kind), f"a {kind} worker to kill", while_running=proc
