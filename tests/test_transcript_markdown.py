@@ -54,4 +54,6 @@ def test_a_reference_trial_shows_its_reads_and_answer():
     trajectory = sample_trajectory()
     text = transcript_markdown(trajectory)
     assert text.count("read `docs/doc_") == len(trajectory.turns)
+    reads = [line for line in text.splitlines() if "read `docs/doc_" in line]
+    assert [line.split(".", 1)[0] for line in reads] == [str(i) for i in range(1, len(reads) + 1)], "a numbered list"
     assert f"answer: `{trajectory.answer}`" in text

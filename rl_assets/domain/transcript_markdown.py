@@ -57,8 +57,12 @@ def transcript_markdown(trajectory: Trajectory) -> str:
     if trajectory.transcript is not None:
         lines = _chat(trajectory.transcript)
     else:
-        lines = [f"read `docs/doc_{t.doc}.txt`" + (": found the secret" if t.found else "") for t in trajectory.turns]
-        lines += ["", f"answer: `{capped(trajectory.answer, 200)}`", f"files written: {trajectory.files_written}"]
+        # One list item per read: Markdown joins consecutive plain lines into one paragraph.
+        lines = [
+            f"{i}. read `docs/doc_{t.doc}.txt`" + (": found the secret" if t.found else "")
+            for i, t in enumerate(trajectory.turns, start=1)
+        ]
+        lines += ["", f"- answer: `{capped(trajectory.answer, 200)}`", f"- files written: {trajectory.files_written}"]
     if trajectory.verifier is not None:
         lines += [f"**verifier**: reward {trajectory.verifier.reward:g}", _fenced(trajectory.verifier.output or "")]
     return capped("\n".join(lines), TOTAL_CHARS)
