@@ -156,6 +156,10 @@ def test_sensor_plans_deterministic_run_requests_for_an_unstarted_experiment(hom
     (first, partitions), (second, _) = tick(), tick()
     keys = sorted(r.run_key for r in first)
     assert keys and keys == sorted(r.run_key for r in second)
+    other = config.with_changes(name="sensed-too")  # the same worlds: a world's partition is shared
+    stores.experiments.create_or_resume(other, Runtime())
+    theirs = {r.run_key for r in run_requests_of(stores, [plan(instance, stores, other)], world_store, print)}
+    assert theirs and not theirs & set(keys), "Dagster launches a run key once: each experiment's keys are its own"
     built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
     assert {r.job_name for r in first} == ({"trial_job"} if "w0" in built else {"world_job"})
     added = {(r.partitions_def_name, k) for r in partitions for k in r.partition_keys}

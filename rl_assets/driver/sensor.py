@@ -128,7 +128,9 @@ def run_requests_of(
                 room -= 1
             if launch.job == "train_job":
                 _ensure_trainer_cluster(Home(state.home))
-            run_key = f"{launch.run_key}:{launch.tags[RUBRIC_TAG]}"
+            # Dagster never launches a run key twice for a sensor; a world's partition is shared by experiments,
+            # so the key names the experiment as well as the unit, its generation and the rubric.
+            run_key = f"{p.config.name}:{launch.run_key}:{launch.tags[RUBRIC_TAG]}"
             requests.append(
                 dg.RunRequest(
                     run_key=run_key,
