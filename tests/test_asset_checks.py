@@ -8,7 +8,8 @@ file, a reward's file, a verdict's row, a training ledger row, a trajectory)
 in the shared home, sees the check that guards it fail in ``report``'s
 checks, puts the record back, and sees it pass again. One test re-judges a
 reward under Dagster with a second verdict in the ledger and sees the
-blocking check fail the run after the materialization.
+blocking check fail the run after the materialization, and the driver's
+plan not count that reward until a run of the unit succeeds.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ import pytest
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import INVARIANTS
 from rl_assets.domain.models import Reward, Trajectory
+from rl_assets.driver.planner import plan
 from rl_assets.home import Home
 from rl_assets.invariants import CheckOutcome, experiment_checks
 from rl_assets.resources.stores import Stores
+from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, RUBRIC_TAG
 from rl_assets.testing.expectations import cli_args, run_cli
 from rl_assets.worlds import LocalWorlds
 
@@ -248,9 +251,11 @@ def test_a_blocking_reward_check_fails_the_run_that_materializes_a_reward_with_t
             (second, key),
         )
     partition = dg.MultiPartitionKey({"step": f"{NAME}/s1", "trial": "p1-n0"})
+    tags = {EXPERIMENT_TAG: NAME, PARTITION_TAG: str(partition), RUBRIC_TAG: CONFIG.rubric}  # as the driver's run
+    judge_job = defs.resolve_job_def("judge_job")
     try:
-        result = defs.resolve_job_def("judge_job").execute_in_process(
-            instance=instance, partition_key=partition, raise_on_error=False
+        result = judge_job.execute_in_process(
+            instance=instance, partition_key=partition, raise_on_error=False, tags=tags
         )
     finally:
         with stores.db.transaction() as cur:
@@ -262,3 +267,9 @@ def test_a_blocking_reward_check_fails_the_run_that_materializes_a_reward_with_t
     assert "s1-p1-n0 has 2 verdicts for rubric v1" in evaluations["one_verdict"].description
     assert result.get_asset_materialization_events(), "the materialization is recorded; the check says what is wrong"
     assert not _failures(home, stores)
+
+    # Blocking: the driver does not count that reward, so nothing downstream uses it until a run succeeds.
+    (trial,) = [t for s in plan(instance, stores, CONFIG).steps for t in s.trials if t.trial_id == "s1-p1-n0"]
+    assert trial.state == "pending" and not plan(instance, stores, CONFIG).done
+    again = judge_job.execute_in_process(instance=instance, partition_key=partition, tags=tags)
+    assert again.success and plan(instance, stores, CONFIG).done

@@ -1,6 +1,8 @@
 """What an experiment still needs, computed from durable state only.
 
-A trial is ``ok`` when its reward is materialized, ``failed`` when it failed
+A trial is ``ok`` when its reward is materialized (and its newest run did not
+fail: a blocking asset check fails the run after the materialization is
+recorded, and stops what depends on it), ``failed`` when it failed
 for good (recorded by the asset that gave up), ``running`` while one of its
 runs is in flight, else ``pending``. A step opens when the previous one is
 trained (ledger row and weights materialization); it trains when all of its
@@ -176,11 +178,17 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
         rs = by_unit.get((key, scoring.rubric), [])
         return in_flight(rs), len(rs), _failures_since_success([r.dagster_run for r in rs])
 
+    def refused(key: str) -> bool:
+        """The unit's newest run failed: a blocking asset check failed after the materialization was recorded
+        (or the worker died after it). Its materialization does not count until a run of the unit succeeds."""
+        rs = by_unit.get((key, scoring.rubric), [])
+        return bool(rs) and rs[0].dagster_run.status == DagsterRunStatus.FAILURE
+
     base_tags = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}
     launches: list[Launch] = []
     if not rescoring:
         built = instance.get_materialized_partitions(dg.AssetKey("worlds")) - stores.damage.open_keys("world")
-        worlds_missing = [w for w in config.world_ids if w not in built]
+        worlds_missing = [w for w in config.world_ids if w not in built or refused(w)]
         for world_id in worlds_missing:
             active, count, failures = run_counts(world_id)
             if not active:
@@ -213,7 +221,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
             key = str(trial_partition_key(config, s, slot))
             active, count, failures = run_counts(key)
             state: TrialState
-            if key in rewarded:
+            if key in rewarded and not refused(key):
                 state = "ok"
             elif spec.trial_id in failed:
                 state = "failed"
@@ -225,7 +233,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
                 launches.append(Launch(unit_job, key, tags, count, failures))
             trials.append(TrialStatus(spec.trial_id, key, state, count, failures))
         ledgered = stores.training.get(config.name, scoring.rubric, s) is not None
-        trained = ledgered and step_key in trained_keys
+        trained = ledgered and step_key in trained_keys and not refused(step_key)
         train_active, train_count, train_failures = run_counts(step_key)
         all_terminal = all(t.state in ("ok", "failed") for t in trials)
         chain_ready = not steps or steps[-1].trained
