@@ -12,12 +12,7 @@ weights are not asserted on.)
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -26,7 +21,9 @@ from dagster._core.definitions.data_version import StaleStatus
 from dagster._utils.test.data_versions import get_stale_status_resolver
 
 from rl_assets.definitions import defs
+from rl_assets.home import Home
 from rl_assets.rubric_observer import DATA_VERSION_TAG, OBSERVE_INTERVAL_S
+from rl_assets.services.daemon import LocalDaemon
 from rl_assets.testing.expectations import cli_args, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,18 +33,9 @@ NEW_RUBRIC = {"name": "v4-observed", "correctness_weight": 1.0, "efficiency_weig
 
 
 @pytest.fixture
-def daemon(home: Path) -> Iterator[subprocess.Popen]:
-    with open(home / "logs" / "observer-daemon.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dagster._daemon", "run", "-w", str(REPO / "workspace.yaml")],
-            stdout=log,
-            stderr=log,
-            cwd=REPO,
-            start_new_session=True,
-        )
-    yield proc
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+def daemon(home: Path) -> int:
+    """The home's own daemon (a second one would run a second driver and a second observer)."""
+    return LocalDaemon(Home(home)).ensure_running()
 
 
 def _observed_version(instance: dg.DagsterInstance) -> str | None:
