@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.testing.chat_batches import STEP_REWARDS, chat_trajectory, store_step
+from rl_assets.testing.chat_batches import GRPO_LR, STEP_REWARDS, chat_trajectory, grpo_config, store_step
 from rl_assets.workloads.grpo import checkpoint
 from rl_assets.workloads.grpo.advantages import EPS, batch_advantages, group_advantages
 from rl_assets.workloads.grpo.loss import batch_loss, grpo_step, padded, token_logprobs
@@ -20,21 +19,7 @@ from rl_assets.workloads.grpo.tokenizer import ByteChatTokenizer
 from rl_assets.workloads.grpo.trainer import SERVED_MODEL, GRPOTrainer
 from rl_assets.workloads.seams import TrainingWorkspace
 
-LR = 1e-2
-
-
-def grpo_config(**extra: object) -> ExperimentConfig:
-    return ExperimentConfig(
-        name="g",
-        tasks="/tasks",
-        task_worlds={"greet": "task-greet", "sum": "task-sum"},
-        policy_url="http://127.0.0.1:1/v1",
-        policy_model="policy",
-        trainer="grpo",
-        model="tiny",
-        lr=LR,
-        **extra,
-    )
+LR = GRPO_LR
 
 
 def test_advantages_are_group_relative_and_a_group_without_spread_gives_none(tmp_path):

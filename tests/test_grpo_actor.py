@@ -10,17 +10,17 @@ from pathlib import Path
 import ray
 from ray.util import list_named_actors
 
-from rl_assets.domain.experiment import TASKS_WORKLOAD, ExperimentConfig
+from rl_assets.domain.experiment import TASKS_WORKLOAD
 from rl_assets.domain.models import Policy
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.training import CheckpointStore
-from rl_assets.testing.chat_batches import STEP_REWARDS, store_step
+from rl_assets.testing.chat_batches import GRPO_LR, STEP_REWARDS, grpo_config, store_step
 from rl_assets.testing.kills import actor_process, wait_for
 from rl_assets.workloads.grpo import checkpoint
 from rl_assets.workloads.registry import TASKS
 
-LR = 1e-2
+LR = GRPO_LR
 RUBRIC = "task-done"
 
 
@@ -31,16 +31,7 @@ def _trainer() -> TrainerResource:
 
 
 def _initial() -> Policy:
-    config = ExperimentConfig(
-        name="g",
-        tasks="/tasks",
-        task_worlds={"greet": "task-greet", "sum": "task-sum"},
-        policy_url="http://127.0.0.1:1/v1",
-        policy_model="policy",
-        trainer="grpo",
-        model="tiny",
-        lr=LR,
-    )
+    config = grpo_config()
     return TASKS.trainer.initial(config)
 
 

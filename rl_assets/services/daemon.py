@@ -48,15 +48,7 @@ class LocalDaemon:
     def process(self) -> psutil.Process | None:
         """The daemon process, while it runs."""
         session = self.session()
-        if session is None:
-            return None
-        try:
-            leader = psutil.Process(session.sid)
-            if abs(leader.create_time() - session.leader_started) < 0.01 and leader.status() != psutil.STATUS_ZOMBIE:
-                return leader
-        except psutil.Error:
-            pass
-        return None
+        return session.running_leader() if session is not None else None
 
     def write_workspace(self) -> Path:
         self.workspace.write_text(WORKSPACE_YAML)

@@ -126,6 +126,14 @@ class Session:
         except psutil.Error:
             return None
 
+    def running_leader(self) -> psutil.Process | None:
+        """The leader while it is still ours and running (not a zombie): a service's main process."""
+        leader = self._leader()
+        try:
+            return leader if leader is not None and leader.status() != psutil.STATUS_ZOMBIE else None
+        except psutil.Error:
+            return None
+
     def _reused(self) -> bool:
         return self._leader() is None and pid_alive(self.sid)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Reward, Trajectory
 from rl_assets.domain.transcripts import Message, ModelTurn, ToolCall, Transcript, Usage
 from rl_assets.stores.artifacts import ArtifactStore
@@ -86,3 +87,22 @@ STEP_REWARDS = (
     {"greet-n0": 1.0, "greet-n1": 1.0, "greet-n2": 0.0, "sum-n0": 0.0, "sum-n1": 0.0},
 )
 """Three steps of rewards over two tasks (three and two samples)."""
+
+
+GRPO_LR = 1e-2
+"""A learning rate a tiny language model survives (the config's default is the bandit's)."""
+
+
+def grpo_config(**extra: object) -> ExperimentConfig:
+    """A two-task experiment trained by GRPO on the tiny model (no task directory is read)."""
+    return ExperimentConfig(
+        name="g",
+        tasks="/tasks",
+        task_worlds={"greet": "task-greet", "sum": "task-sum"},
+        policy_url="http://127.0.0.1:1/v1",
+        policy_model="policy",
+        trainer="grpo",
+        model="tiny",
+        lr=GRPO_LR,
+        **extra,
+    )
