@@ -57,6 +57,7 @@ def _unix_sockets(procs) -> set[str]:
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_dev_ends_everything_it_started(home: Path, stop_signal: signal.Signals) -> None:
     port = free_loopback_port()
+    LocalDaemon(Home(home)).ensure_running()  # the home's, started before dev: not one of dev's processes
     dev = subprocess.Popen(
         [sys.executable, "-m", "rl_assets.cli", "dev", "--home", str(home), "--port", str(port)],
         stdout=subprocess.DEVNULL,

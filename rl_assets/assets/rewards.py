@@ -9,6 +9,7 @@ from functools import partial
 
 import dagster as dg
 
+from rl_assets.assets import pools
 from rl_assets.assets.checks import REWARD_CHECKS, check_results
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
@@ -34,7 +35,7 @@ from rl_assets.workloads.seams import Judge
     deps=["trajectories", "rubrics"],
     code_version="reward-v1",
     group_name="rl",
-    pool="judge",
+    pool=pools.JUDGE,
     check_specs=REWARD_CHECKS,
     description="One trial's reward: verifier correctness plus the judge's score, under the run's rubric.",
 )

@@ -9,6 +9,7 @@ cost nothing for unchanged trials.
 
 import dagster as dg
 
+from rl_assets.assets import pools
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.policy import parent_policy
 from rl_assets.domain.experiment import ExperimentConfig
@@ -30,7 +31,7 @@ from rl_assets.worlds import WorldTamperedError
     deps=[dg.AssetDep("worlds", partition_mapping=dg.AllPartitionMapping())],
     code_version="trajectory-v1",
     group_name="rl",
-    pool="rollout",
+    pool=pools.ROLLOUT,
     description="One trial's rollout: the agent's turns in its private fork of the trial's world.",
 )
 def trajectories(

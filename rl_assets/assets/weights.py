@@ -12,6 +12,7 @@ from typing import Any
 
 import dagster as dg
 
+from rl_assets.assets import pools
 from rl_assets.assets.checks import WEIGHTS_CHECKS, chain_check_results, check_results
 from rl_assets.assets.partitions import STEP, trial_partition_key
 from rl_assets.assets.policy import parent_policy
@@ -139,7 +140,7 @@ def _train_earlier_steps(
     deps=[dg.AssetDep("rewards", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("step"))],
     code_version="weights-v1",
     group_name="rl",
-    pool="train",
+    pool=pools.TRAIN,
     backfill_policy=dg.BackfillPolicy.single_run(),
     check_specs=WEIGHTS_CHECKS,
     description="The policy after one training step (bandit priors), checkpointed and ledgered.",

@@ -38,6 +38,7 @@ import dagster as dg
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
+from rl_assets.assets.pools import POOLS
 from rl_assets.driver.planner import UNIT_JOBS, Plan, give_up_on_crashing, plan
 from rl_assets.environment import launch_tags, rescore_experiments
 from rl_assets.home import Home
@@ -158,6 +159,21 @@ def partition_requests_of(instance: DagsterInstance, plans: list[Plan]) -> list[
     return [r for r in partitions if r.partition_keys]
 
 
+_pools_ready: list[bool] = []
+
+
+def _ensure_pools(instance: DagsterInstance) -> None:
+    """Give every pool its row (at the default limit) before any run claims a slot, once per process.
+
+    Dagster creates a pool's row when the first step claims a slot in it; steps of runs launched together
+    on a fresh home then race to insert it, and the losers' runs fail on a unique-key violation.
+    """
+    if not _pools_ready:
+        for pool in POOLS:
+            instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+        _pools_ready.append(True)
+
+
 def _last_change(instance: DagsterInstance, state: Stores) -> tuple[Any, ...]:
     """What moves when a run changes status or a drive or re-scoring is requested: what a waiting tick watches."""
     newest = instance.get_run_records(limit=1, order_by="update_timestamp", ascending=False)
@@ -178,6 +194,7 @@ def driver_sensor(
     context: dg.SensorEvaluationContext, stores: StoresResource, world_store: dg.ResourceParam[Any]
 ) -> dg.SensorResult | dg.SkipReason:
     state = stores.stores
+    _ensure_pools(context.instance)
     deadline = time.monotonic() + LONG_POLL_S
     while True:
         seen = _last_change(context.instance, state)
