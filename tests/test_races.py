@@ -6,7 +6,8 @@
   seen alive by run monitoring;
 - two writers of one training step: both return the policy the ledger holds;
 - artifact writes from two processes that both have pid 1 (pid namespaces, as pods sharing a volume);
-- two builds of one world at once: built once.
+- two builds of one world at once: built once;
+- driver processes started one after another on one home (a restarted code server): each finds its pools.
 """
 
 from __future__ import annotations
@@ -299,3 +300,15 @@ def test_two_builds_of_one_world_at_once_build_it_once(tmp_path, monkeypatch):
     digest, built_now = results["first"]
     assert built_now and results["second"] == (digest, False)
     assert worlds.audited_hash("w0") == worlds.verified_hash("w0") == digest
+
+
+def test_driver_processes_started_one_after_another_each_find_their_pools(home, instance):
+    """A new code server on a home whose pool rows exist plans; Dagster's own initialiser fails on such a row."""
+    script = (
+        "import dagster; from rl_assets.driver.sensor import _ensure_pools; "
+        "_ensure_pools(dagster.DagsterInstance.get())"
+    )
+    for attempt in range(2):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"driver process {attempt}: {done.stderr[-2000:]}"
+    assert {"rollout", "judge", "train"} <= instance.event_log_storage.get_concurrency_keys()

@@ -36,6 +36,7 @@ from typing import Any
 
 import dagster as dg
 from dagster import DagsterInstance
+from sqlalchemy.exc import SQLAlchemyError
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.assets.pools import POOLS
@@ -168,10 +169,18 @@ def _ensure_pools(instance: DagsterInstance) -> None:
     Dagster creates a pool's row when the first step claims a slot in it; steps of runs launched together
     on a fresh home then race to insert it, and the losers' runs fail on a unique-key violation.
     """
-    if not _pools_ready:
-        for pool in POOLS:
-            instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
-        _pools_ready.append(True)
+    if _pools_ready:
+        return
+    storage = instance.event_log_storage
+    for pool in sorted(set(POOLS) - storage.get_concurrency_keys()):
+        # Only a missing row: on Postgres, Dagster's insert-else-update aborts its own transaction when the row
+        # exists (a new code server on an old home), and another process may insert it first (then it is there).
+        try:
+            storage.initialize_concurrency_limit_to_default(pool)
+        except SQLAlchemyError:
+            if pool not in storage.get_concurrency_keys():
+                raise
+    _pools_ready.append(True)
 
 
 def _last_change(instance: DagsterInstance, state: Stores) -> tuple[Any, ...]:
