@@ -28,7 +28,7 @@ def load_definitions() -> dg.Definitions:
     """
     from rl_assets.assets import rewards, rubrics, trajectories, weights, worlds
     from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_job, start_experiment_job
-    from rl_assets.driver.sensor import driver_sensor, rubric_sensor
+    from rl_assets.driver.sensor import driver_sensor, rubric_sensor, training_sensor
     from rl_assets.environment import resources
     from rl_assets.jobs import judge_job, train_job, trial_job, world_job
     from rl_assets.rubric_observer import rubric_observer
@@ -44,7 +44,7 @@ def load_definitions() -> dg.Definitions:
             fork_experiment_job,
             rescore_experiment_job,
         ],
-        sensors=[driver_sensor, rubric_sensor, rubric_observer],
+        sensors=[driver_sensor, training_sensor, rubric_sensor, rubric_observer],
         resources=resources(),
     )
 

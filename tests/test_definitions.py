@@ -143,7 +143,7 @@ def test_launchpad_injects_faults_and_refuses_a_bad_rate(home, stores, instance)
 
 def test_sensor_plans_deterministic_run_requests_for_an_unstarted_experiment(home, stores, instance):
     """What a driver tick requests for an experiment, computed twice from the same state, is the same."""
-    from rl_assets.driver.sensor import partition_requests_of, run_requests_of
+    from rl_assets.driver.sensor import ROLLOUT_JOBS, TRAINING_JOBS, partition_requests_of, run_requests_of
 
     config = ExperimentConfig(name="sensed", steps=1, worlds=1, prompts=2, samples=1)
     stores.experiments.create_or_resume(config, Runtime())  # recorded, not requested: no daemon drives it
@@ -151,15 +151,17 @@ def test_sensor_plans_deterministic_run_requests_for_an_unstarted_experiment(hom
 
     def tick() -> tuple[list[dg.RunRequest], list[dg.AddDynamicPartitionsRequest]]:
         plans = [plan(instance, stores, config)]
-        return run_requests_of(stores, plans, world_store, print), partition_requests_of(instance, plans)
+        return run_requests_of(stores, plans, world_store, print, ROLLOUT_JOBS), partition_requests_of(instance, plans)
 
     (first, partitions), (second, _) = tick(), tick()
     keys = sorted(r.run_key for r in first)
     assert keys and keys == sorted(r.run_key for r in second)
     other = config.with_changes(name="sensed-too")  # the same worlds: a world's partition is shared
     stores.experiments.create_or_resume(other, Runtime())
-    theirs = {r.run_key for r in run_requests_of(stores, [plan(instance, stores, other)], world_store, print)}
+    other_plans = [plan(instance, stores, other)]
+    theirs = {r.run_key for r in run_requests_of(stores, other_plans, world_store, print, ROLLOUT_JOBS)}
     assert theirs and not theirs & set(keys), "Dagster launches a run key once: each experiment's keys are its own"
+    assert run_requests_of(stores, other_plans, world_store, print, TRAINING_JOBS) == [], "no step to train yet"
     built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
     assert {r.job_name for r in first} == ({"trial_job"} if "w0" in built else {"world_job"})
     added = {(r.partitions_def_name, k) for r in partitions for k in r.partition_keys}

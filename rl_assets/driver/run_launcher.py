@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import typing
 from multiprocessing.context import ForkServerContext
 from typing import Any
@@ -43,6 +44,8 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
     def __init__(self, inst_data: Any = None) -> None:
         super().__init__(inst_data=inst_data)
         self._forkserver: ForkServerContext | None = None
+        self._lock = threading.Lock()
+        """The run queue launches from several threads (``dequeue_use_threads``); forks are started one at a time."""
 
     def _context(self) -> ForkServerContext:
         """The forkserver, started on first use: processes that never launch (the UI, a CLI) never pay for it."""
@@ -57,9 +60,10 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
 
         run = context.dagster_run
         log_path = os.path.join(Home.resolve().logs, f"run-{run.run_id}.log")
-        proc = self._context().Process(target=run_in_child, args=(run.run_id, log_path), name=f"run-{run.run_id}")
-        proc.start()  # the worker tags the run itself: nothing this process does after this matters to the run
-        multiprocessing.active_children()  # forget the workers that have ended
+        with self._lock:
+            proc = self._context().Process(target=run_in_child, args=(run.run_id, log_path), name=f"run-{run.run_id}")
+            proc.start()  # the worker tags the run itself: nothing this process does after this matters to the run
+            multiprocessing.active_children()  # forget the workers that have ended
 
     def terminate(self, run_id: str) -> bool:
         """Cancel a run the way Ctrl-C would: its worker turns SIGINT into a canceled run."""

@@ -1,26 +1,32 @@
 """The driver: the daemon's sensors are the only thing that launches an experiment's runs.
 
-``driver_sensor`` plans every open drive request (:mod:`rl_assets.stores.drives`):
-the experiment, then its requested re-scorings, and requests their runs with deterministic
-run keys (job, partition, rubric, generation), so a second tick, or a second
-daemon, never launches the same unit twice. Needed dynamic partitions are
-added in the same tick, before the runs. It caps each experiment's trials in
-flight at ``max_concurrent_trials``, gives up on units whose runs keep
-failing (:func:`~rl_assets.driver.planner.give_up_on_crashing`), and
+Two sensors share the driving, each planning every open drive request
+(:mod:`rl_assets.stores.drives`): the experiment, then its requested
+re-scorings. ``driver_sensor`` requests the rollouts (worlds, trials, and the
+judgments of a re-scoring) and adds the dynamic partitions they need, in the
+same tick; ``training_sensor`` requests the training steps. Their run keys are
+deterministic (experiment, job, partition, generation, rubric), so a second
+tick, or a second daemon, never launches the same unit twice. The rollout
+lane caps each experiment's trials in flight at ``max_concurrent_trials`` and
+gives up on units whose runs keep failing
+(:func:`~rl_assets.driver.planner.give_up_on_crashing`); the training lane
 restarts the home's Ray head before a training run if it died.
 
 Dagster evaluates a sensor at most every 5 seconds (its daemon's loop has that
 floor), far slower than a trial. So a tick that finds nothing to launch waits
 inside the tick, up to ``LONG_POLL_S``, for a run to change status or a new
-request, and plans again at once: a step's next units are requested within a
-poll of the runs they wait for. ``train``, ``rescore`` and ``fork`` record a
-request and follow the plan from the command line; they launch nothing.
+request, and plans again at once; and the two lanes tick in threads of their
+own (``sensors: use_threads`` in ``dagster.yaml``), so the end of a step's
+rollouts starts its training, and the end of its training the next step's
+rollouts, each within a poll, not at the next 5-second turn of one sensor.
+``train``, ``rescore`` and ``fork`` record a request and follow the plan from
+the command line; they launch nothing.
 
 ``rubric_sensor`` (off by default; turn it on in the UI's sensor list or with
 ``dagster sensor start rubric_sensor``) watches the rubric registry; when a
 new rubric appears it requests the re-scoring of the finished experiments
 named in ``RL_ASSETS_RESCORE_EXPERIMENTS`` (comma-separated, ``*`` for all)
-and records the new ``rubrics`` data version; the driver sensor launches the runs. Its
+and records the new ``rubrics`` data version; the driver's sensors launch the runs. Its
 cursor holds the rubrics already seen, and requests are idempotent, so a
 rubric triggers one re-scoring however often the sensor ticks.
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,11 +56,16 @@ from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
 from rl_assets.settings import RESCORE_EXPERIMENTS_ENV
 from rl_assets.tags import RUBRIC_TAG
 
-LONG_POLL_S = 4.8
-"""How long a tick with nothing to launch waits for a change before it ends."""
+LONG_POLL_S = 4.0
+"""How long a tick with nothing to launch waits for a change before it ends: short of the daemon's 5-second turn,
+with room for a plan on a loaded machine, since a tick still running at a turn skips that turn."""
 POLL_S = 0.1
 _attempts: dict[str, int] = {}
 """The driver attempt of each experiment in this daemon's life (recorded once per code server)."""
+_attempts_lock = threading.Lock()
+"""Both lanes' ticks run at once, in threads of one code server: one of them records the attempt."""
+ROLLOUT_JOBS = ("world_job", "trial_job", "judge_job")
+TRAINING_JOBS = ("train_job",)
 
 
 def _driver_attempt(state: Stores, name: str) -> int:
@@ -62,9 +74,10 @@ def _driver_attempt(state: Stores, name: str) -> int:
     The sensor runs in a code server that the daemon starts, and may start again; the daemon's pid
     (the code server's parent) names the driver's life.
     """
-    if name not in _attempts:
-        _attempts[name] = state.attempts.record_driver_attempt(name, os.getppid())
-    return _attempts[name]
+    with _attempts_lock:
+        if name not in _attempts:
+            _attempts[name] = state.attempts.record_driver_attempt(name, os.getppid())
+        return _attempts[name]
 
 
 def _crash_if_injected(state: Stores, own: Plan) -> None:
@@ -111,19 +124,24 @@ def _ensure_trainer_cluster(home: Home) -> None:
 
 
 def run_requests_of(
-    state: Stores, plans: list[Plan], world_store: Any, warn: Callable[[str], None]
+    state: Stores, plans: list[Plan], world_store: Any, warn: Callable[[str], None], jobs: tuple[str, ...]
 ) -> list[dg.RunRequest]:
-    """The plans' launches as run requests: less the units given up on, at most the cap of trials in flight."""
+    """The plans' launches of ``jobs`` as run requests: less the units given up on, at most the cap of trials in
+    flight. Units given up on are warned about by the lane that would launch them."""
     requests = []
     for p in plans:
         triage = give_up_on_crashing(state, p)
-        for trial in triage.failed_trials:
-            warn(f"{trial.trial_id} of {p.config.name}: its runs failed {trial.failures} times; failed for good")
+        if "trial_job" in jobs:
+            for trial in triage.failed_trials:
+                warn(f"{trial.trial_id} of {p.config.name}: its runs failed {trial.failures} times; failed for good")
         for launch in triage.stuck:
-            warn(f"{launch.job} {launch.partition_key} failed {launch.failures} times; not launching it again")
+            if launch.job in jobs:
+                warn(f"{launch.job} {launch.partition_key} failed {launch.failures} times; not launching it again")
         room = state.experiments.runtime(p.config.name).execution.max_concurrent_trials
         room -= sum(s.count("running") for s in p.steps)
         for launch in triage.launches:
+            if launch.job not in jobs:
+                continue
             if launch.job in UNIT_JOBS:
                 if room <= 0:
                     continue
@@ -190,32 +208,50 @@ def _last_change(instance: DagsterInstance, state: Stores) -> tuple[Any, ...]:
     return (*run, *state.drives.generation())
 
 
-@dg.sensor(
-    jobs=[world_job, trial_job, judge_job, train_job],
-    minimum_interval_seconds=1,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description=(
-        "The driver: launches every requested experiment's missing units (worlds, trials, judgments, training "
-        "steps) and re-scorings, and opens step s+1 when step s is trained."
-    ),
-)
-def driver_sensor(
-    context: dg.SensorEvaluationContext, stores: StoresResource, world_store: dg.ResourceParam[Any]
+def _drive(
+    context: dg.SensorEvaluationContext, state: Stores, world_store: Any, jobs: tuple[str, ...]
 ) -> dg.SensorResult | dg.SkipReason:
-    state = stores.stores
+    """One tick of a lane: plan, and request the missing runs of ``jobs``; with none, wait for a change first."""
     _ensure_pools(context.instance)
     deadline = time.monotonic() + LONG_POLL_S
     while True:
         seen = _last_change(context.instance, state)
         plans = _open_plans(context.instance, state)
-        run_requests = run_requests_of(state, plans, world_store, context.log.warning)
-        partitions = partition_requests_of(context.instance, plans)
+        run_requests = run_requests_of(state, plans, world_store, context.log.warning, jobs)
+        partitions = partition_requests_of(context.instance, plans) if "trial_job" in jobs else []
         if run_requests or partitions:
             return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
         while _last_change(context.instance, state) == seen:
             if time.monotonic() > deadline:
                 return dg.SkipReason("no experiment needs a run")
             time.sleep(POLL_S)
+
+
+@dg.sensor(
+    jobs=[world_job, trial_job, judge_job],
+    minimum_interval_seconds=1,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        "The driver's rollouts: launches every requested experiment's missing worlds and trials, and the "
+        "judgments of its re-scorings; opens step s+1 once step s is trained."
+    ),
+)
+def driver_sensor(
+    context: dg.SensorEvaluationContext, stores: StoresResource, world_store: dg.ResourceParam[Any]
+) -> dg.SensorResult | dg.SkipReason:
+    return _drive(context, stores.stores, world_store, ROLLOUT_JOBS)
+
+
+@dg.sensor(
+    jobs=[train_job],
+    minimum_interval_seconds=1,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="The driver's training: launches each requested experiment's next training step once its trials end.",
+)
+def training_sensor(
+    context: dg.SensorEvaluationContext, stores: StoresResource, world_store: dg.ResourceParam[Any]
+) -> dg.SensorResult | dg.SkipReason:
+    return _drive(context, stores.stores, world_store, TRAINING_JOBS)
 
 
 def _watched(state: Stores) -> list[str]:

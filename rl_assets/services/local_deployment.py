@@ -52,6 +52,14 @@ run_launcher:
   class: WarmRunLauncher
 run_queue:
   dequeue_interval_seconds: 1
+  # Queued runs are launched in parallel: a step's trials start together, not one after another.
+  dequeue_use_threads: true
+  dequeue_num_workers: 4
+sensors:
+  # The driver's sensors tick in threads of their own, and a tick's runs are created in parallel.
+  use_threads: true
+  num_workers: 4
+  num_submit_workers: 4
 run_monitoring:
   enabled: true
   poll_interval_seconds: 5
