@@ -8,6 +8,7 @@ step), with the stand-in's transcripts re-tokenized and trained by REINFORCE, as
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from rl_assets.testing.example_solutions import POLICY_MODEL, script
@@ -16,14 +17,19 @@ from rl_assets.testing.served_model import ServedModel
 from rl_assets.workloads.grpo import checkpoint
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
+TASKS = ("create-file", "edit-config")
+"""Two of the example tasks: two groups of two samples a step is GRPO's smallest batch with two groups."""
 
 
 def test_train_with_the_grpo_trainer_chains_ledgered_checkpoints(home, stores, tmp_path):
     name = "grpo-tasks"
+    tasks = tmp_path / "tasks"
+    for task in TASKS:
+        shutil.copytree(EXAMPLES / task, tasks / task)
     with ServedModel(script(), tmp_path) as server:
         result = train_json(
             home,
-            *("--experiment", name, "--tasks", str(EXAMPLES), "--policy-url", server.base_url),
+            *("--experiment", name, "--tasks", str(tasks), "--policy-url", server.base_url),
             *("--policy-model", POLICY_MODEL, "--steps", "2", "--samples", "2", "--max-turns", "8"),
             *("--trainer", "grpo", "--model", "tiny", "--lr", "0.01"),
         )
@@ -36,4 +42,4 @@ def test_train_with_the_grpo_trainer_chains_ledgered_checkpoints(home, stores, t
         saved = checkpoint.read(stores.artifacts.root / "models", policy.lm.checkpoint)
         assert saved.state["step"] == step + 1 and saved.state["parent_hash"] == rows[step].parent_hash
         assert policy.lm.stats.token_source == "retokenized" and policy.lm.stats.objective == "reinforce"
-        assert policy.lm.stats.groups == 4 and policy.lm.stats.samples > 8
+        assert policy.lm.stats.groups == len(TASKS) and policy.lm.stats.samples > 2 * len(TASKS)
