@@ -8,7 +8,7 @@ stay interleaved in the order they arrived and only :data:`~rl_assets.sandbox.ta
 of them are kept, the head and the tail, however much the command prints.
 
 The exec API has no timeout, working directory or environment of its own, so every command is run
-as ``timeout -k KILL_GRACE T env K=V... bash -c 'cd -- "$1" && exec bash -c "$2"'``: coreutils'
+as ``timeout -k KILL_GRACE T env K=V... bash -c 'cd -- "$1" && exec bash -c "$2" 2>&1'``: coreutils'
 ``timeout`` kills the command's process group at ``T`` (exit 124, or 137 when it had to kill), and
 if the answer still has not come :data:`REPLY_GRACE_S` later the stream is closed and the attempt
 fails (:class:`PodExecError`). That is what a task's image must have besides ``bash``: ``timeout``,
@@ -39,8 +39,11 @@ REPLY_GRACE_S = 30.0
 TIMED_OUT_EXITS = (124, 137)
 """``timeout``'s status when it ended the command (TERM, or KILL after :data:`KILL_GRACE_S`)."""
 STDIN_CHUNK = 1 << 20
-RUN_IN_WORKDIR = 'cd -- "$1" && exec bash -c "$2"'
-"""``bash -c`` script: the working directory, then the command as its own ``bash -c`` (as locally)."""
+RUN_IN_WORKDIR = 'cd -- "$1" && exec bash -c "$2" 2>&1'
+"""``bash -c`` script: the working directory, then the command as its own ``bash -c`` with stderr on stdout.
+
+As locally, the agent reads one stream in the order it was written: the exec API's two channels are read
+from two pipes, so their relative order is only the order in which the kubelet happened to read them."""
 TOOLS_CHECK = "for t in bash timeout env head tar find; do command -v $t >/dev/null || echo $t; done"
 
 
