@@ -56,9 +56,6 @@ from rl_assets.workloads.grpo.tokenizer import ChatTokenizer
 from rl_assets.workloads.grpo.trainer import SERVED_MODEL
 from rl_assets.workloads.seams import TrainingWorkspace
 
-SKYRL_SOURCE = "NovaSky-AI/SkyRL@a9564572eb8e skyrl/train/generators/base.py (skyrl 0.3.0)"
-"""Where :func:`generator_output`'s shape comes from: check it again when SkyRL's ``GeneratorOutput`` changes."""
-
 
 class ExportError(Exception):
     """Why an experiment (or the step asked for) cannot be exported, in one line."""
@@ -130,15 +127,12 @@ def skyrl_output(config: ExperimentConfig, trials: list[tuple[Reward, Trajectory
     try:
         output = generator_output(trials, tokenizer, served_as)
     except ValueError as err:
-        hint = (
-            ""
-            if tokenizer is not None
-            else (
-                f"; experiment {config.name!r} has no language model to re-tokenize its transcripts with "
-                "(one trained with --trainer grpo --model exports them)"
-            )
-        )
-        raise ExportError(f"{_first_line(err)}{hint}") from None
+        if tokenizer is not None:
+            raise ExportError(_first_line(err)) from None
+        raise ExportError(
+            f"{_first_line(err)}; experiment {config.name!r} has no language model to re-tokenize its transcripts "
+            "with (one trained with --trainer grpo --model exports them)"
+        ) from None
     if not output["response_ids"]:
         raise ExportError(f"experiment {config.name!r}: no model call of the steps asked for produced tokens")
     return output
