@@ -391,6 +391,30 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    _checked(check_experiment_name, args.experiment, "--experiment")
+    if args.rubric is not None:
+        _checked(check_rubric_name, args.rubric, "--rubric")
+    if args.out is not None and not Path(args.out).resolve().parent.is_dir():
+        raise UsageError(f"--out: no directory {Path(args.out).resolve().parent}")
+    from rl_assets.skyrl_export import ExportError, export_skyrl
+
+    stores = _open(Home.resolve(args.home), with_ray=False)
+    config = _existing(stores, args.experiment)
+    try:
+        output = export_skyrl(stores, config, args.step, args.rubric)
+    except ExportError as err:
+        raise UsageError(str(err)) from None
+    text = json.dumps(output, separators=(",", ":"))
+    if args.out is None:
+        print(text)
+    else:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    what = f"{len(output['response_ids'])} model calls of {sum(output['is_last_step'])} trajectories"
+    print(f"rl-assets: exported {what}{'' if args.out is None else f' to {args.out}'}", file=sys.stderr)
+    return 0
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     from rl_assets.services.daemon import LocalDaemon
     from rl_assets.services.dev_server import DevServer
@@ -511,6 +535,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true")
     report.add_argument("--html", metavar="FILE", help="also write a page with learning curves, checks and evidence")
     report.set_defaults(func=cmd_report)
+
+    export = with_home(
+        sub.add_parser("export", help="write an experiment's trajectories as another trainer's input (SkyRL)")
+    )
+    _add_flag(export, FLAGS["--experiment"], dest="experiment", help="a trained task experiment")
+    export.add_argument("--step", type=int, metavar="S", help="one trained step (default: every trained step)")
+    export.add_argument(
+        "--format", required=True, choices=["skyrl"], help="skyrl: SkyRL's step-wise GeneratorOutput, as JSON"
+    )
+    _add_flag(export, FLAGS["--rubric"], default=None, help="rewards of this rubric (default: the experiment's)")
+    export.add_argument("--out", metavar="FILE", help="write the JSON to FILE (default: stdout)")
+    export.set_defaults(func=cmd_export)
 
     dev = with_home(sub.add_parser("dev", help="open the Dagster UI (and daemon) on this home"))
     dev.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")

@@ -68,19 +68,23 @@ def save_tiny(directory: Path) -> None:
     ByteChatTokenizer().save(directory)
 
 
+def base_tokenizer(base: str) -> ChatTokenizer:
+    """The tokenizer of ``--model`` alone (no weights are loaded): what re-tokenizes a transcript for it."""
+    return ByteChatTokenizer() if base == TINY_MODEL else load_tokenizer(Path(base))
+
+
 def load_base(base: str) -> tuple[Any, ChatTokenizer]:
     """The base model (in float32, eager attention) and its tokenizer."""
     if base == TINY_MODEL:
-        return build_tiny(), ByteChatTokenizer()
+        return build_tiny(), base_tokenizer(base)
     import torch
     from transformers import AutoModelForCausalLM
 
     deterministic()
-    directory = Path(base)
     model = AutoModelForCausalLM.from_pretrained(
-        directory, dtype=torch.float32, attn_implementation="eager", local_files_only=True
+        Path(base), dtype=torch.float32, attn_implementation="eager", local_files_only=True
     )
-    return model, load_tokenizer(directory)
+    return model, base_tokenizer(base)
 
 
 def base_hash(base: str) -> str:

@@ -1,0 +1,84 @@
+"""The SkyRL export's shape on stored chat batches, held to SkyRL's own validator (transcribed); no home needed.
+
+The end-to-end export of a trained experiment, through the CLI, is in ``test_grpo_train.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.skyrl_export import ExportError, skyrl_output
+from rl_assets.testing.chat_batches import STEP_REWARDS, grpo_config, store_step
+from rl_assets.testing.skyrl_validator import validate_generator_output
+from rl_assets.workloads.grpo.tokenizer import ByteChatTokenizer
+from rl_assets.workloads.grpo.trainer import SERVED_MODEL
+from rl_assets.workloads.seams import TrainingWorkspace
+
+
+def _trials(root, steps=range(2), **kw):
+    workspace = TrainingWorkspace(root, "g")
+    batches = [store_step(root, "g", step, STEP_REWARDS[step], **kw) for step in steps]
+    return [(reward, workspace.trajectory(reward)) for batch in batches for reward in batch]
+
+
+def _no_model_config() -> ExperimentConfig:
+    """A task experiment of ``--trainer none``: no language model, so no tokenizer."""
+    return grpo_config().with_changes(trainer="none", model=None, clip=None, micro_batch=None, lr=2.0)
+
+
+def test_recorded_ids_export_with_their_logprobs_and_pass_skyrls_validator(tmp_path):
+    trials = _trials(tmp_path, model=SERVED_MODEL, ids=True)
+    output = skyrl_output(grpo_config(), trials)
+    validate_generator_output(len(trials), output, step_wise=True)
+    assert len(output["response_ids"]) == 2 * len(trials)  # two model calls a trial
+    assert output["response_ids"][:2] == [list(b"ls"), list(b"yes")]  # the recorded ids, as they were
+    assert output["rollout_logprobs"] == [[-5.5] * len(r) for r in output["response_ids"]]
+    assert output["loss_masks"] == [[1] * len(r) for r in output["response_ids"]]
+    assert output["trajectory_ids"][:2] == [{"instance_id": "s0-greet", "repetition_id": 0}] * 2
+    assert output["is_last_step"][:4] == [False, True, False, True]
+    finals = [r[-1] for r, last in zip(output["rewards"], output["is_last_step"], strict=True) if last]
+    assert finals == [reward.reward for reward, _ in trials]
+    assert sum(map(sum, output["rewards"])) == sum(reward.reward for reward, _ in trials)  # zero elsewhere
+
+
+def test_another_servers_transcripts_are_retokenized_without_logprobs(tmp_path):
+    trials = _trials(tmp_path, steps=[0], ids=True)  # the stand-in's ids: not this model's
+    output = skyrl_output(grpo_config(), trials)
+    validate_generator_output(len(trials), output, step_wise=True)
+    assert output["rollout_logprobs"] is None
+    assert output["response_ids"][1] == [*b"yes", 256 + 2]  # the byte tokenizer's, <|eos|> ending it
+    tool = 256 + 6  # <|tool|>: tool output is in the second call's prompt, never in a response
+    assert tool in output["prompt_token_ids"][1] and not any(tool in r for r in output["response_ids"])
+    assert ByteChatTokenizer().vocab_size > max(max(p) for p in output["prompt_token_ids"])
+
+
+def test_without_a_model_recorded_ids_export_and_missing_ones_are_refused(tmp_path):
+    config = _no_model_config()
+    output = skyrl_output(config, _trials(tmp_path / "ids", ids=True))
+    assert output["response_ids"][0] == list(b"ls") and output["rollout_logprobs"] is not None
+    with pytest.raises(ExportError, match=r"no language model .*--trainer grpo --model") as err:
+        skyrl_output(config, _trials(tmp_path / "none"))
+    assert "\n" not in str(err.value)
+
+
+def test_a_reference_experiment_is_refused():
+    with pytest.raises(ExportError, match="runs the 'reference' workload"):
+        skyrl_output(ExperimentConfig(name="bandit"), [])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda o: o["loss_masks"][0].pop(),  # a mask shorter than its response
+        lambda o: o["rewards"][1].append(0.0),  # token rewards longer than their response
+        lambda o: o["is_last_step"].__setitem__(1, False),  # a trajectory's end unmarked
+        lambda o: o["trajectory_ids"].append(o["trajectory_ids"].pop(0)),  # its steps no longer adjacent
+    ],
+)
+def test_the_transcribed_validator_refuses_what_skyrl_refuses(tmp_path, damage):
+    trials = _trials(tmp_path, steps=[0], model=SERVED_MODEL, ids=True)
+    output = skyrl_output(grpo_config(), trials)
+    damage(output)
+    with pytest.raises(AssertionError):
+        validate_generator_output(len(trials), output, step_wise=True)
