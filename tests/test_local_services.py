@@ -13,6 +13,7 @@ import http.client
 import ipaddress
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,7 +31,14 @@ import pytest
 from rl_assets.home import Home, HomeError
 from rl_assets.services.local_deployment import LocalDeployment
 from rl_assets.services.postgres import PostgresInfo
-from rl_assets.services.processes import Session, port_is_open, processes_mentioning
+from rl_assets.services.processes import (
+    Session,
+    identity_alive,
+    port_is_open,
+    process_identity,
+    processes_mentioning,
+    start_ticks,
+)
 from rl_assets.testing.expectations import run_cli
 
 LOOPBACK = {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
@@ -300,3 +308,21 @@ def test_a_home_the_database_user_cannot_reach_is_refused_in_one_line() -> None:
         assert list(private.iterdir()) == [], "nothing is left behind"
     finally:
         subprocess.run(["rm", "-rf", str(private)], check=False)
+
+
+def test_a_process_is_named_by_its_start_since_boot_whatever_its_command_name(tmp_path: Path) -> None:
+    """A service's identity is its start in ticks since boot, read right past a command name with ``) (`` in it."""
+    odd = tmp_path / "svc) 1 2 (x"
+    shutil.copy("/bin/sleep", odd)
+    proc = subprocess.Popen([str(odd), "60"], start_new_session=True)
+    try:
+        ticks = start_ticks(proc.pid)
+        since_boot = psutil.Process(proc.pid).create_time() - psutil.boot_time()
+        assert abs(ticks / os.sysconf("SC_CLK_TCK") - since_boot) < 1.0, (ticks, since_boot)
+        identity = process_identity(proc.pid)
+        assert identity == f"{proc.pid}@{ticks}" and identity_alive(identity)
+        assert Session.led_by(proc.pid).members() == [psutil.Process(proc.pid)]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not identity_alive(identity), "a dead process is not alive"

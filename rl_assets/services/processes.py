@@ -68,9 +68,26 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def start_ticks(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat``, field 22).
+
+    Not ``psutil.Process.create_time()``: that adds the boot time the kernel derives from the wall
+    clock, so a clock step (NTP, a VM's resync; seen here: 10 s) moves every process's start time, and
+    a service recorded before the step is no longer recognized as ours, nor ended by ``stop``.
+    Raises ``psutil.NoSuchProcess`` when there is no such process.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
+    # The command name (field 2) is in parentheses and may hold spaces or parentheses of its own.
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
+
+
 def process_identity(pid: int) -> str:
-    """``pid@start-time``: names a process uniquely, even after its pid is reused."""
-    return f"{pid}@{psutil.Process(pid).create_time():.2f}"
+    """``pid@start-ticks``: names a process uniquely, even after its pid is reused."""
+    return f"{pid}@{start_ticks(pid)}"
 
 
 def identity_alive(identity: str) -> bool:
@@ -78,7 +95,10 @@ def identity_alive(identity: str) -> bool:
     pid, _, started = identity.partition("@")
     if not pid_alive(int(pid)):
         return False
-    return not started or f"{psutil.Process(int(pid)).create_time():.2f}" == started
+    try:
+        return not started or str(start_ticks(int(pid))) == started
+    except psutil.Error:
+        return False
 
 
 def _sid(pid: int) -> int | None:
@@ -90,7 +110,7 @@ def _sid(pid: int) -> int | None:
 
 @dataclass(frozen=True)
 class Session:
-    """One session of processes, named by its id and its leader's start time.
+    """One session of processes, named by its id and its leader's start (:func:`start_ticks`).
 
     The kernel keeps a session id allocated while any member lives, so the id
     cannot name another session while ours has members. Once it is empty the
@@ -99,12 +119,13 @@ class Session:
     """
 
     sid: int
-    leader_started: float
+    leader_started: int
+    """The leader's :func:`start_ticks`."""
 
     @classmethod
     def led_by(cls, pid: int) -> Session:
         """The session whose leader is ``pid`` (started with ``start_new_session=True``)."""
-        return cls(sid=os.getsid(pid), leader_started=psutil.Process(pid).create_time())
+        return cls(sid=os.getsid(pid), leader_started=start_ticks(pid))
 
     @classmethod
     def load(cls, path: Path) -> Session | None:
@@ -119,10 +140,9 @@ class Session:
     def _leader(self) -> psutil.Process | None:
         """The live leader, if it is still ours (same start time); None once it exited."""
         try:
-            leader = psutil.Process(self.sid)
-            if abs(leader.create_time() - self.leader_started) > 0.01:
+            if start_ticks(self.sid) != self.leader_started:
                 return None
-            return leader
+            return psutil.Process(self.sid)
         except psutil.Error:
             return None
 

@@ -27,5 +27,5 @@ def end_run_workers(home: Home) -> int:
     live = [i for i in identities if i and identity_alive(i)]
     for identity in live:
         pid, _, started = identity.partition("@")
-        Session(sid=int(pid), leader_started=float(started)).end()
+        Session(sid=int(pid), leader_started=int(started)).end()
     return len(live)

@@ -41,7 +41,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.driver.planner import ACTIVE_STATUSES
 from rl_assets.home import Home
 from rl_assets.services.daemon import LocalDaemon
-from rl_assets.services.processes import processes_mentioning
+from rl_assets.services.processes import identity_alive, processes_mentioning
 from rl_assets.services.ray_head import LocalRayHead
 from rl_assets.stores.database import Database
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
@@ -264,12 +264,10 @@ def worker_of(run: DagsterRun) -> psutil.Process | None:
     identity = run.tags.get(WORKER_PID_TAG)
     if identity is None:
         return None
-    pid, _, started = identity.partition("@")
+    if not identity_alive(identity):
+        return None
     try:
-        proc = psutil.Process(int(pid))
-        if f"{proc.create_time():.2f}" != started or proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc
+        return psutil.Process(int(identity.partition("@")[0]))
     except psutil.Error:
         return None
 
