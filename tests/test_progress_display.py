@@ -21,6 +21,8 @@ def _plan(states: list[str], trained: bool = False) -> Plan:
 def test_units_count_settled_trials_and_trained_steps_of_the_whole_experiment():
     assert units(_plan(["ok", "running"])) == (1, 6)  # 2 steps x (2 trials + 1 training step)
     assert units(_plan(["ok", "failed"], trained=True)) == (3, 6)
+    step1 = StepStatus(1, "shown/s1", [TrialStatus("s1-p0-n0", "shown/s1|p0-n0", "ok", 1, 0)], False, False)
+    assert units(Plan(CONFIG, [], [step1], settled=1)) == (4, 6), "a settled step counts whole, though not listed"
 
 
 def test_off_a_terminal_each_change_is_one_plain_line(capsys):

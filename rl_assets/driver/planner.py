@@ -22,7 +22,7 @@ import dagster as dg
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
 from rl_assets.assets.partitions import trial_partition_key
-from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.resources.stores import Stores
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, RUBRIC_TAG
 
@@ -35,6 +35,8 @@ ACTIVE_STATUSES = {
 }
 
 
+STEP_DIMENSION_TAG = "dagster/partition/step"
+"""A trial run's step, as a tag of its own: the open step's runs are found by it, without the rest of history."""
 WILL_RETRY_TAG = "dagster/will_retry"
 PARENT_RUN_TAG = "dagster/parent_run_id"
 RETRY_GRACE_S = 30.0
@@ -124,15 +126,19 @@ class Plan:
     config: ExperimentConfig
     worlds_missing: list[str]
     steps: list[StepStatus]
+    """The open steps, in order: the training frontier, the step before it, damaged ones, a re-scoring's untrained."""
     launches: list[Launch] = field(default_factory=list)
+    settled: int = 0
+    """Steps before the last open one that are trained with every trial settled: counted, not listed."""
 
     @property
     def done(self) -> bool:
-        return len(self.steps) == self.config.steps and all(s.complete for s in self.steps)
+        reached = self.settled + len(self.steps) == self.config.steps
+        return reached and all(s.complete for s in self.steps)
 
     @property
     def steps_trained(self) -> int:
-        return sum(1 for s in self.steps if s.trained)
+        return self.settled + sum(1 for s in self.steps if s.trained)
 
 
 def _partition_tags(partition_key: str, dims: dict[str, str] | None = None) -> dict[str, str]:
@@ -157,6 +163,78 @@ def _failures_since_success(runs: list[DagsterRun]) -> int:
     return failures
 
 
+class UnitRuns:
+    """The runs of the units a plan looks at, newest first (as stored), read a step at a time.
+
+    A plan reads only what can still change: the runs of the open steps (and of worlds not yet built),
+    never the experiment's whole history, so a tick costs the same at a million runs as at ten.
+    """
+
+    def __init__(self, instance: DagsterInstance, config: ExperimentConfig, rubric: str) -> None:
+        self.instance = instance
+        self.config = config
+        self.rubric = rubric
+        self.by_unit: dict[str, list[RunRecord]] = defaultdict(list)
+
+    def load(self, filters: RunsFilter) -> None:
+        for record in self.instance.get_run_records(filters=filters):
+            tags = record.dagster_run.tags
+            if tags.get(EXPERIMENT_TAG) == self.config.name and tags.get(RUBRIC_TAG, self.config.rubric) == self.rubric:
+                self.by_unit[tags.get(PARTITION_TAG, "")].append(record)
+
+    def load_step(self, step_key: str) -> None:
+        """The step's trial (or judge) runs and its training runs: two indexed tag lookups."""
+        self.load(RunsFilter(tags={STEP_DIMENSION_TAG: step_key}))
+        self.load(RunsFilter(tags={PARTITION_TAG: step_key}))
+
+    def counts(self, key: str) -> tuple[bool, int, int]:
+        """(a run in flight, runs so far, runs failed since the last success) of one unit."""
+        rs = self.by_unit.get(key, [])
+        return in_flight(rs), len(rs), _failures_since_success([r.dagster_run for r in rs])
+
+    def refused(self, key: str) -> bool:
+        """The unit's newest run failed: a blocking asset check failed after the materialization was recorded
+        (or the worker died after it). Its materialization does not count until a run of the unit succeeds."""
+        rs = self.by_unit.get(key, [])
+        return bool(rs) and rs[0].dagster_run.status == DagsterRunStatus.FAILURE
+
+
+def _trial_key(config: ExperimentConfig, trial_id: str) -> str:
+    """``s3-p1-n0`` -> its partition key, ``exp/s3|p1-n0``."""
+    step, slot = trial_id.split("-", 1)
+    return str(trial_partition_key(config, int(step[1:]), slot))
+
+
+def _materialized(instance: DagsterInstance, asset: str, keys: set[str]) -> set[str]:
+    """Which of ``keys`` the asset has a materialization for: one query over those partitions only."""
+    if not keys:  # Dagster reads every partition when given none
+        return set()
+    found = instance.get_latest_storage_id_by_partition(
+        dg.AssetKey(asset), dg.DagsterEventType.ASSET_MATERIALIZATION, partitions=keys
+    )
+    return set(found)
+
+
+def _open_steps(stores: Stores, config: ExperimentConfig, rubric: str, rescoring: bool) -> tuple[list[int], int]:
+    """(the steps a plan looks at, the training frontier).
+
+    Steps are trained in order, so the ledger's frontier ``F`` says that steps ``0..F-1`` were trained with
+    every trial settled when the next one opened. A plan looks at the last of them (its weights may not be
+    materialized yet), the frontier, every step with open damage, and in a re-scoring every step not yet
+    trained (its judgments run all at once); the others are settled and only counted.
+    """
+    frontier = stores.training.frontier(config.name, rubric)
+    steps = {s for s in (frontier - 1, frontier) if 0 <= s < config.steps}
+    if rescoring:
+        steps.update(range(frontier, config.steps))
+    for kind in ("trial", "step"):
+        for key in stores.damage.open_keys(kind):
+            experiment, step = parse_step_key(key.split("|")[0])
+            if experiment == config.name and 0 <= step < config.steps:
+                steps.add(step)
+    return sorted(steps), frontier
+
+
 def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, rubric: str | None = None) -> Plan:
     """The experiment's status under ``rubric`` (default: its own) and the runs to launch next.
 
@@ -167,83 +245,80 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
     """
     scoring = config.scored_with(rubric or config.rubric)
     rescoring = scoring.rubric != config.rubric
-    records = instance.get_run_records(filters=RunsFilter(tags={EXPERIMENT_TAG: config.name}))
-    by_unit: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
-    for record in records:
-        run = record.dagster_run
-        by_unit[(run.tags.get(PARTITION_TAG, ""), run.tags.get(RUBRIC_TAG, config.rubric))].append(record)
-
-    def run_counts(key: str) -> tuple[bool, int, int]:
-        """(a run in flight, runs so far, runs failed since the last success) of one unit."""
-        rs = by_unit.get((key, scoring.rubric), [])
-        return in_flight(rs), len(rs), _failures_since_success([r.dagster_run for r in rs])
-
-    def refused(key: str) -> bool:
-        """The unit's newest run failed: a blocking asset check failed after the materialization was recorded
-        (or the worker died after it). Its materialization does not count until a run of the unit succeeds."""
-        rs = by_unit.get((key, scoring.rubric), [])
-        return bool(rs) and rs[0].dagster_run.status == DagsterRunStatus.FAILURE
-
+    open_steps, frontier = _open_steps(stores, config, scoring.rubric, rescoring)
+    runs = UnitRuns(instance, config, scoring.rubric)
     base_tags = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}
     launches: list[Launch] = []
     if not rescoring:
-        built = instance.get_materialized_partitions(dg.AssetKey("worlds")) - stores.damage.open_keys("world")
-        worlds_missing = [w for w in config.world_ids if w not in built or refused(w)]
-        for world_id in worlds_missing:
-            active, count, failures = run_counts(world_id)
-            if not active:
-                tags = {**base_tags, **_partition_tags(world_id)}
-                launches.append(Launch("world_job", world_id, tags, count, failures))
-        if worlds_missing:
-            return Plan(scoring, worlds_missing, [], launches)
+        # Until a step is trained the worlds are checked; after, only a damaged one is built again.
+        damaged_worlds = stores.damage.open_keys("world")
+        to_check = set(config.world_ids) if frontier == 0 else damaged_worlds & set(config.world_ids)
+        if to_check:
+            runs.load(RunsFilter(job_name="world_job", tags={EXPERIMENT_TAG: config.name}))
+            built = _materialized(instance, "worlds", to_check) - damaged_worlds
+            worlds_missing = [w for w in config.world_ids if w in to_check and (w not in built or runs.refused(w))]
+            for world_id in worlds_missing:
+                active, count, failures = runs.counts(world_id)
+                if not active:
+                    tags = {**base_tags, **_partition_tags(world_id)}
+                    launches.append(Launch("world_job", world_id, tags, count, failures))
+            if worlds_missing:
+                return Plan(scoring, worlds_missing, [], launches)
 
+    if rescoring:  # every step is open: the re-scoring's own runs, in one query
+        runs.load(RunsFilter(tags={EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}))
+    else:
+        for s in open_steps:
+            runs.load_step(config.step_key(s))
+    trial_keys = {s: {t.trial_id: _trial_key(config, t.trial_id) for t in config.trials(s)} for s in open_steps}
     damaged_trials = stores.damage.open_keys("trial")
     if rescoring:
         rewarded = {
-            str(trial_partition_key(config, s, slot))
-            for s in range(config.steps)
-            for slot in config.trial_slots()
-            if stores.trials.has_reward(config.name, scoring.rubric, s, slot)
-        } - damaged_trials
-        trained_keys = {config.step_key(s) for s in range(config.steps)}
+            key
+            for s, keys in trial_keys.items()
+            for trial_id, key in keys.items()
+            if stores.trials.has_reward(config.name, scoring.rubric, s, trial_id.split("-", 1)[1])
+        }
+        trained_keys = {config.step_key(s) for s in open_steps}
     else:
-        rewarded = instance.get_materialized_partitions(dg.AssetKey("rewards")) - damaged_trials
-        trained_keys = instance.get_materialized_partitions(dg.AssetKey("weights"))
+        rewarded = _materialized(instance, "rewards", {k for keys in trial_keys.values() for k in keys.values()})
+        trained_keys = _materialized(instance, "weights", {config.step_key(s) for s in open_steps})
+    rewarded -= damaged_trials
     trained_keys -= stores.damage.open_keys("step")
     unit_job = "judge_job" if rescoring else "trial_job"
-    failed = stores.attempts.failed_trials(config.name)
+    failed = stores.attempts.failed_trials(config.name, open_steps)
     steps: list[StepStatus] = []
-    for s in range(config.steps):
+    settled = 0
+    for s in open_steps:
+        settled += s - (steps[-1].step + 1 if steps else 0)  # the trained steps between the open ones
         step_key = config.step_key(s)
         trials = []
-        for spec in config.trials(s):
-            slot = spec.trial_id.split("-", 1)[1]
-            key = str(trial_partition_key(config, s, slot))
-            active, count, failures = run_counts(key)
+        for trial_id, key in trial_keys[s].items():
+            active, count, failures = runs.counts(key)
             state: TrialState
-            if key in rewarded and not refused(key):
+            if key in rewarded and not runs.refused(key):
                 state = "ok"
-            elif spec.trial_id in failed:
+            elif trial_id in failed:
                 state = "failed"
             elif active:
                 state = "running"
             else:
                 state = "pending"
+                slot = trial_id.split("-", 1)[1]
                 tags = {**base_tags, **_partition_tags(key, {"step": step_key, "trial": slot})}
                 launches.append(Launch(unit_job, key, tags, count, failures))
-            trials.append(TrialStatus(spec.trial_id, key, state, count, failures))
-        ledgered = stores.training.get(config.name, scoring.rubric, s) is not None
-        trained = ledgered and step_key in trained_keys and not refused(step_key)
-        train_active, train_count, train_failures = run_counts(step_key)
+            trials.append(TrialStatus(trial_id, key, state, count, failures))
+        trained = s < frontier and step_key in trained_keys and not runs.refused(step_key)
+        train_active, train_count, train_failures = runs.counts(step_key)
         all_terminal = all(t.state in ("ok", "failed") for t in trials)
-        chain_ready = not steps or steps[-1].trained
+        chain_ready = s == 0 or (steps[-1].trained if steps and steps[-1].step == s - 1 else s - 1 < frontier)
         if all_terminal and chain_ready and not trained and not train_active:
             tags = {**base_tags, **_partition_tags(step_key)}
             launches.append(Launch("train_job", step_key, tags, train_count, train_failures))
         steps.append(StepStatus(s, step_key, trials, trained, train_active))
         if not trained and not rescoring:
             break  # the next step's rollouts need this step's policy
-    return Plan(scoring, [], steps, launches)
+    return Plan(scoring, [], steps, launches, settled)
 
 
 @dataclass(frozen=True)

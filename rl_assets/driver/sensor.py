@@ -47,7 +47,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.assets.pools import POOLS
-from rl_assets.driver.planner import UNIT_JOBS, Plan, give_up_on_crashing, plan
+from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Plan, give_up_on_crashing, plan
 from rl_assets.environment import launch_tags, rescore_experiments
 from rl_assets.home import Home
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
@@ -162,20 +162,26 @@ def run_requests_of(
     return requests
 
 
+_known_partitions: set[tuple[str, str, str]] = set()
+"""Dynamic partitions this process has seen exist, by instance home (Dagster never drops one on its own):
+each is asked about once, not on every tick."""
+
+
 def partition_requests_of(instance: DagsterInstance, plans: list[Plan]) -> list[dg.AddDynamicPartitionsRequest]:
+    """The dynamic partitions the plans' open work needs that do not exist yet: only new keys are looked up."""
     add: dict[str, set[str]] = {WORLD.name: set(), TRIAL_SLOT.name: set(), STEP.name: set()}
     for p in plans:
         add[WORLD.name].update(p.config.world_ids)
         add[TRIAL_SLOT.name].update(p.config.trial_slots())
         add[STEP.name].update(s.key for s in p.steps)
-    partitions = [
-        dg.AddDynamicPartitionsRequest(
-            partitions_def_name=name,
-            partition_keys=sorted(k for k in keys if not instance.has_dynamic_partition(name, k)),
-        )
-        for name, keys in add.items()
-    ]
-    return [r for r in partitions if r.partition_keys]
+    requests = []
+    for name, keys in add.items():
+        unknown = {k for k in keys if (instance.root_directory, name, k) not in _known_partitions}
+        present = {k for k in unknown if instance.has_dynamic_partition(name, k)}
+        _known_partitions.update((instance.root_directory, name, k) for k in present)
+        if missing := sorted(unknown - present):
+            requests.append(dg.AddDynamicPartitionsRequest(partitions_def_name=name, partition_keys=missing))
+    return requests
 
 
 _pools_ready: list[bool] = []
@@ -202,10 +208,13 @@ def _ensure_pools(instance: DagsterInstance) -> None:
 
 
 def _last_change(instance: DagsterInstance, state: Stores) -> tuple[Any, ...]:
-    """What moves when a run changes status or a drive or re-scoring is requested: what a waiting tick watches."""
-    newest = instance.get_run_records(limit=1, order_by="update_timestamp", ascending=False)
-    run = (newest[0].dagster_run.run_id, newest[0].dagster_run.status, newest[0].update_timestamp) if newest else ()
-    return (*run, *state.drives.generation())
+    """What moves when a run changes status or a drive or re-scoring is requested: what a waiting tick watches.
+
+    The runs in flight (an indexed read of the active statuses): a run created, started or ended changes the set.
+    """
+    active = instance.get_run_records(filters=dg.RunsFilter(statuses=list(ACTIVE_STATUSES)))
+    runs = frozenset((r.dagster_run.run_id, r.dagster_run.status) for r in active)
+    return (runs, *state.drives.generation())
 
 
 def _drive(

@@ -7,6 +7,8 @@ failed, how often judging ran and whether it hit the verdict cache.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rl_assets.stores.database import Database
 
 
@@ -75,10 +77,20 @@ class AttemptLog:
                 (experiment, trial_id, phase, error[:4000]),
             )
 
-    def failed_trials(self, experiment: str) -> dict[str, str]:
-        """trial id -> ``"phase: error"`` of every trial that failed for good."""
+    def failed_trials(self, experiment: str, steps: Iterable[int] | None = None) -> dict[str, str]:
+        """trial id -> ``"phase: error"`` of every trial that failed for good (of ``steps`` only, if given)."""
         with self.db.transaction() as cur:
-            cur.execute("SELECT trial_id, phase, error FROM rl_trial_failures WHERE experiment = %s", (experiment,))
+            if steps is None:
+                cur.execute("SELECT trial_id, phase, error FROM rl_trial_failures WHERE experiment = %s", (experiment,))
+            else:  # trial ids are s<step>-<slot>
+                patterns = [f"s{s}-%" for s in steps]
+                if not patterns:
+                    return {}
+                cur.execute(
+                    "SELECT trial_id, phase, error FROM rl_trial_failures WHERE experiment = %s "
+                    "AND trial_id LIKE ANY(%s)",
+                    (experiment, patterns),
+                )
             return {t: f"{phase}: {error}" for t, phase, error in cur.fetchall()}
 
     def record_driver_attempt(self, experiment: str, pid: int) -> int:

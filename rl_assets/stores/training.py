@@ -36,6 +36,19 @@ class AppliedStep:
     actor_pid: int
 
 
+@dataclass(frozen=True)
+class StepSummary:
+    """What a trained step's batch came to: written with the step, read by ``status`` instead of its rewards."""
+
+    experiment: str
+    rubric: str
+    step: int
+    trials_planned: int
+    trials_ok: int
+    mean_reward: float | None
+    mean_turns: float | None
+
+
 class TrainingLedger:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -88,6 +101,47 @@ class TrainingLedger:
         recorded = self.get(applied.experiment, applied.rubric, applied.step)
         assert recorded is not None
         return recorded
+
+    def frontier(self, experiment: str, rubric: str) -> int:
+        """How many steps are in the ledger: steps are applied in order, so these are steps ``0..frontier-1``.
+
+        One indexed read, however long the experiment: what a planning tick asks instead of every row.
+        """
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT coalesce(max(step) + 1, 0) FROM rl_train_ledger WHERE experiment = %s AND rubric = %s",
+                (experiment, rubric),
+            )
+            return cur.fetchone()[0]
+
+    def summarize(self, summary: StepSummary) -> None:
+        """Record (or refresh, after a repair) the step's summary: the batch is canonical, so it only ever agrees."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "INSERT INTO rl_step_summaries (experiment, rubric, step, trials_planned, trials_ok, mean_reward, "
+                "mean_turns) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (experiment, rubric, step) DO UPDATE "
+                "SET trials_planned = EXCLUDED.trials_planned, trials_ok = EXCLUDED.trials_ok, "
+                "mean_reward = EXCLUDED.mean_reward, mean_turns = EXCLUDED.mean_turns",
+                (
+                    summary.experiment,
+                    summary.rubric,
+                    summary.step,
+                    summary.trials_planned,
+                    summary.trials_ok,
+                    summary.mean_reward,
+                    summary.mean_turns,
+                ),
+            )
+
+    def summaries(self, experiment: str, rubric: str) -> dict[int, StepSummary]:
+        """The recorded summaries of the experiment's steps under ``rubric``, by step."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "SELECT experiment, rubric, step, trials_planned, trials_ok, mean_reward, mean_turns "
+                "FROM rl_step_summaries WHERE experiment = %s AND rubric = %s",
+                (experiment, rubric),
+            )
+            return {row[2]: StepSummary(*row) for row in cur.fetchall()}
 
     def rubrics(self, experiment: str) -> list[str]:
         """The rubrics ``experiment`` was trained under (its own, and every re-scoring), sorted."""

@@ -1,0 +1,126 @@
+"""A long experiment's history written in bulk into a home's Dagster instance and ledgers: scale tests and benchmarks.
+
+Creating a run through Dagster costs about 0.1 s of storage calls, so 10^5-10^6 trial runs of history are written
+as rows instead, each as Dagster stores the run the driver launches: the serialized run as its body, and the tags
+the driver gives it (experiment, rubric, partition and its dimensions, kind). Every trained step has its ledger
+row, its weights materialization and a materialization of each trial's reward; the open step has ``in_flight``
+runs created and not yet started (nothing in the home launches or monitors those). Materializations are copies of
+one real event per asset with the partition changed: what is read of them at scale is the index, not the body.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import dagster as dg
+from psycopg2.extras import execute_values
+
+from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD, trial_partition_key
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.resources.stores import Stores
+from rl_assets.tags import EXPERIMENT_TAG, KIND_TAG, PARTITION_TAG, RUBRIC_TAG
+
+BATCH = 5_000
+"""Rows a statement: bounded memory at a million runs."""
+
+
+@dataclass(frozen=True)
+class History:
+    runs: int
+    """Runs written: worlds, every trial and training step of the trained steps, the open step's in flight."""
+    trained_steps: int
+    in_flight: int
+
+
+def _run(job: str, key: str, tags: dict[str, str], status: dg.DagsterRunStatus) -> dg.DagsterRun:
+    return dg.DagsterRun(
+        job_name=job,
+        run_id=str(uuid.uuid4()),
+        status=status,
+        tags={**tags, "dagster/partition": key, PARTITION_TAG: key},
+    )
+
+
+def _insert_runs(cur, runs: list[dg.DagsterRun], at: float) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+    execute_values(
+        cur,
+        "INSERT INTO runs (run_id, pipeline_name, status, run_body, partition, create_timestamp, update_timestamp, "
+        "start_time, end_time) VALUES %s",
+        [
+            (r.run_id, r.job_name, r.status.value, dg.serialize_value(r), r.tags[PARTITION_TAG], stamp, stamp, at, at)
+            for r in runs
+        ],
+    )
+    execute_values(
+        cur,
+        "INSERT INTO run_tags (run_id, key, value) VALUES %s",
+        [(r.run_id, k, v) for r in runs for k, v in r.tags.items()],
+    )
+
+
+def _copy_materializations(instance: dg.DagsterInstance, cur, asset: str, keys: list[str]) -> None:
+    """Materializations of ``asset`` for ``keys``: the first reported for real, the rest copies of its row."""
+    if not keys:
+        return
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=asset, partition=keys[0]))
+    seed = instance.get_latest_storage_id_by_partition(
+        dg.AssetKey(asset), dg.DagsterEventType.ASSET_MATERIALIZATION, partitions={keys[0]}
+    )[keys[0]]
+    for i in range(1, len(keys), BATCH):
+        cur.execute(
+            "INSERT INTO event_logs (run_id, event, dagster_event_type, timestamp, step_key, asset_key, partition) "
+            "SELECT run_id, event, dagster_event_type, timestamp, step_key, asset_key, p "
+            "FROM event_logs, unnest(%s::text[]) AS p WHERE id = %s",
+            (keys[i : i + BATCH], seed),
+        )
+
+
+def write_history(
+    instance: dg.DagsterInstance, stores: Stores, config: ExperimentConfig, trained_steps: int, in_flight: int = 0
+) -> History:
+    """Write ``config``'s first ``trained_steps`` steps as finished and ``in_flight`` runs of the next one.
+
+    ``config`` must be recorded in the home already (``stores.experiments``); nothing is launched.
+    """
+    if not 0 <= trained_steps < config.steps:
+        raise ValueError(f"trained_steps must leave an open step: 0..{config.steps - 1}, got {trained_steps}")
+    base = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: config.rubric}
+    success, created = dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.NOT_STARTED
+    instance.add_dynamic_partitions(WORLD.name, config.world_ids)
+    instance.add_dynamic_partitions(TRIAL_SLOT.name, config.trial_slots())
+    instance.add_dynamic_partitions(STEP.name, [config.step_key(s) for s in range(trained_steps + 1)])
+    start = time.time() - 60.0 * (trained_steps + 1)
+    written = 0
+    reward_keys: list[str] = []
+    with stores.db.transaction() as cur:
+        worlds = [_run("world_job", w, {**base, KIND_TAG: "world"}, success) for w in config.world_ids]
+        _insert_runs(cur, worlds, start)
+        written += len(worlds)
+        for step in range(trained_steps + 1):
+            step_key = config.step_key(step)
+            trials = []
+            for slot in config.trial_slots():
+                key = str(trial_partition_key(config, step, slot))
+                dims = {"dagster/partition/step": step_key, "dagster/partition/trial": slot}
+                status = success if step < trained_steps else created
+                if step < trained_steps or len(trials) < in_flight:
+                    trials.append(_run("trial_job", key, {**base, **dims, KIND_TAG: "trial"}, status))
+                if step < trained_steps:
+                    reward_keys.append(key)
+            if step < trained_steps:
+                trials.append(_run("train_job", step_key, {**base, KIND_TAG: "train"}, success))
+            _insert_runs(cur, trials, start + 60.0 * step)
+            written += len(trials)
+        execute_values(
+            cur,
+            "INSERT INTO rl_train_ledger (experiment, rubric, step, identity, parent_hash, policy_hash, version, "
+            "actor_pid) VALUES %s",
+            [(config.name, config.rubric, s, f"id{s}", f"h{s}", f"h{s + 1}", s + 1, 0) for s in range(trained_steps)],
+        )
+        _copy_materializations(instance, cur, "worlds", config.world_ids)
+        _copy_materializations(instance, cur, "rewards", reward_keys)
+        _copy_materializations(instance, cur, "weights", [config.step_key(s) for s in range(trained_steps)])
+    return History(written, trained_steps, min(in_flight, len(config.trial_slots())))
