@@ -18,6 +18,7 @@ from rl_assets.domain.transcripts import Usage
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
 from rl_assets.stores.model_calls import ModelUsage
+from rl_assets.stores.training import StepSummary
 from rl_assets.workloads.harbor.pricing import PriceTable
 from rl_assets.workloads.registry import workload_of
 
@@ -26,17 +27,23 @@ PRIOR_DECIMALS = 6
 
 
 def step_results(stores: Stores, config: ExperimentConfig) -> list[StepResult]:
+    """Each trained step's line, from the summary written when it trained (a row a step, whatever its size);
+    a step trained before summaries existed is summarized from its rewards."""
+    summaries = stores.training.summaries(config.name, config.rubric)
     results = []
     for applied in stores.training.steps(config.name, config.rubric):
-        batch, _ = recorded_batch(stores, config, applied.step)
-        mean_reward, mean_turns = step_summary(batch)
+        summary = summaries.get(applied.step)
+        if summary is None:
+            batch, _ = recorded_batch(stores, config, applied.step)
+            planned = len(config.trials(applied.step))
+            summary = StepSummary(config.name, config.rubric, applied.step, planned, len(batch), *step_summary(batch))
         results.append(
             StepResult(
                 step=applied.step,
-                trials_planned=len(config.trials(applied.step)),
-                trials_ok=len(batch),
-                mean_reward=mean_reward,
-                mean_turns=mean_turns,
+                trials_planned=summary.trials_planned,
+                trials_ok=summary.trials_ok,
+                mean_reward=summary.mean_reward,
+                mean_turns=summary.mean_turns,
                 weights_version=applied.version,
                 policy_hash=applied.policy_hash,
                 actor_pid=applied.actor_pid,

@@ -152,17 +152,22 @@ def test_modified_world_is_rebuilt_to_its_recorded_hash(home, trained, stores):
     assert result["counts"]["generate_attempts"] == before["generate_attempts"], "finished trials are not redone"
 
 
-def test_status_reports_a_damaged_reward_and_leaves_it_for_train_to_repair(home, trained, stores):
+def test_report_finds_a_damaged_reward_status_reads_summaries_and_both_leave_it_for_train(home, trained, stores):
     failed = stores.attempts.failed_trials(NAME)  # judged, but left failed by an earlier test's fault: not repairable
     slot = next(t.trial_id.split("-", 1)[1] for t in CONFIG.trials(0) if t.trial_id not in failed)
     reward = home / f"artifacts/rewards/{NAME}/v1/s0/{slot}.json"
     _rewrite_payload(reward, lambda p: p.update(reward=99.0))
     damaged = reward.read_bytes()
 
-    proc = run_cli(home, "status", "--experiment", NAME, check=False)
+    status = json.loads(run_cli(home, "status", "--experiment", NAME, "--json").stdout)
+    report = json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
 
-    assert proc.returncode == 1
-    assert f"the reward record of s0-{slot} is damaged" in proc.stderr
+    assert [s["mean_reward"] for s in status["steps"]] == [s["mean_reward"] for s in trained["steps"]], (
+        "status shows the summaries written when the steps trained, without reading every reward"
+    )
+    broken = [c for c in report["checks"] if not c["passed"]]
+    assert {c["unit"] for c in broken} == {f"{NAME}/s0|{slot}", f"{NAME}/s0"}, "the reward, and the step it trained"
+    assert any(f"the reward record of s0-{slot} is damaged" in c["detail"] for c in broken), broken
     assert reward.read_bytes() == damaged, "a read path leaves the record where and as it is"
     assert not list((home / "quarantine" / "rewards").rglob(f"{slot}.json.*"))
     assert f"{NAME}/s0|{slot}" not in stores.damage.open_keys("trial"), "and opens no damage"

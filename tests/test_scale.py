@@ -8,6 +8,7 @@ key it hands back. Reading the whole history would fetch 5,000 runs and as many 
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -17,6 +18,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import ExecutionSettings, Runtime
 from rl_assets.driver.planner import plan
 from rl_assets.driver.sensor import ROLLOUT_JOBS, _last_change, partition_requests_of, run_requests_of
+from rl_assets.testing.expectations import run_cli
 from rl_assets.testing.history import History, write_history
 
 TRIALS_PER_STEP = 100
@@ -75,6 +77,13 @@ def test_the_history_is_long_and_the_plan_sees_where_it_stands(long_experiment, 
     open_step = p.steps[-1]
     assert (open_step.count("running"), open_step.count("pending")) == (IN_FLIGHT, TRIALS_PER_STEP - IN_FLIGHT)
     assert {launch.job for launch in p.launches} == {"trial_job"} and len(p.launches) == TRIALS_PER_STEP - IN_FLIGHT
+
+
+def test_status_reads_the_summaries_of_a_long_experiment(long_experiment, home):
+    config, _ = long_experiment
+    status = json.loads(run_cli(home, "status", "--experiment", config.name, "--json").stdout)
+    assert status["status"] == "in progress" and len(status["steps"]) == TRAINED_STEPS
+    assert status["progress"].endswith(f"{IN_FLIGHT} running, {TRIALS_PER_STEP - IN_FLIGHT} pending of 100 trials")
 
 
 def test_a_driver_tick_fetches_the_open_steps_records_not_the_history(long_experiment, instance, stores):

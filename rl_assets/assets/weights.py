@@ -25,6 +25,7 @@ from rl_assets.invariants import step_findings
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.stores.quarantine import read_or_quarantine
+from rl_assets.stores.training import StepSummary
 
 BACKFILL_WAIT_S = 3600.0
 """How long a backfill's weights run waits for an earlier step's rewards to be judged."""
@@ -74,9 +75,13 @@ def _train_step(
     else:
         context.log.info(f"{where} was already applied; reusing its checkpoint")
     mean_reward, mean_turns = step_summary(batch)
+    planned = len(config.trials(step))
+    state.training.summarize(
+        StepSummary(config.name, config.rubric, step, planned, len(batch), mean_reward, mean_turns)
+    )
     metadata: dict[str, Any] = {
         "step": step,
-        "trials_planned": len(config.trials(step)),
+        "trials_planned": planned,
         "trials_ok": len(batch),
         "trials_left_out": ", ".join(left_out) or "none",
         "weights_version": policy.version,

@@ -15,15 +15,13 @@ import uuid
 from dataclasses import dataclass
 
 import dagster as dg
-from psycopg2.extras import execute_values
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD, trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.resources.stores import Stores
+from rl_assets.stores.bulk_history import BulkHistory, RunRow
 from rl_assets.tags import EXPERIMENT_TAG, KIND_TAG, PARTITION_TAG, RUBRIC_TAG
-
-BATCH = 5_000
-"""Rows a statement: bounded memory at a million runs."""
+from rl_assets.workloads.registry import workload_of
 
 
 @dataclass(frozen=True)
@@ -34,34 +32,13 @@ class History:
     in_flight: int
 
 
-def _run(job: str, key: str, tags: dict[str, str], status: dg.DagsterRunStatus) -> dg.DagsterRun:
-    return dg.DagsterRun(
-        job_name=job,
-        run_id=str(uuid.uuid4()),
-        status=status,
-        tags={**tags, "dagster/partition": key, PARTITION_TAG: key},
-    )
+def _run(job: str, key: str, tags: dict[str, str], status: dg.DagsterRunStatus) -> RunRow:
+    tags = {**tags, "dagster/partition": key, PARTITION_TAG: key}
+    run = dg.DagsterRun(job_name=job, run_id=str(uuid.uuid4()), status=status, tags=tags)
+    return RunRow(run.run_id, job, status.value, dg.serialize_value(run), key, tags)
 
 
-def _insert_runs(cur, runs: list[dg.DagsterRun], at: float) -> None:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
-    execute_values(
-        cur,
-        "INSERT INTO runs (run_id, pipeline_name, status, run_body, partition, create_timestamp, update_timestamp, "
-        "start_time, end_time) VALUES %s",
-        [
-            (r.run_id, r.job_name, r.status.value, dg.serialize_value(r), r.tags[PARTITION_TAG], stamp, stamp, at, at)
-            for r in runs
-        ],
-    )
-    execute_values(
-        cur,
-        "INSERT INTO run_tags (run_id, key, value) VALUES %s",
-        [(r.run_id, k, v) for r in runs for k, v in r.tags.items()],
-    )
-
-
-def _copy_materializations(instance: dg.DagsterInstance, cur, asset: str, keys: list[str]) -> None:
+def _materializations(instance: dg.DagsterInstance, bulk: BulkHistory, asset: str, keys: list[str]) -> None:
     """Materializations of ``asset`` for ``keys``: the first reported for real, the rest copies of its row."""
     if not keys:
         return
@@ -69,13 +46,7 @@ def _copy_materializations(instance: dg.DagsterInstance, cur, asset: str, keys: 
     seed = instance.get_latest_storage_id_by_partition(
         dg.AssetKey(asset), dg.DagsterEventType.ASSET_MATERIALIZATION, partitions={keys[0]}
     )[keys[0]]
-    for i in range(1, len(keys), BATCH):
-        cur.execute(
-            "INSERT INTO event_logs (run_id, event, dagster_event_type, timestamp, step_key, asset_key, partition) "
-            "SELECT run_id, event, dagster_event_type, timestamp, step_key, asset_key, p "
-            "FROM event_logs, unnest(%s::text[]) AS p WHERE id = %s",
-            (keys[i : i + BATCH], seed),
-        )
+    bulk.copy_event(seed, keys[1:])
 
 
 def write_history(
@@ -87,40 +58,38 @@ def write_history(
     """
     if not 0 <= trained_steps < config.steps:
         raise ValueError(f"trained_steps must leave an open step: 0..{config.steps - 1}, got {trained_steps}")
+    bulk = BulkHistory(stores.db)
     base = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: config.rubric}
     success, created = dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.NOT_STARTED
     instance.add_dynamic_partitions(WORLD.name, config.world_ids)
     instance.add_dynamic_partitions(TRIAL_SLOT.name, config.trial_slots())
     instance.add_dynamic_partitions(STEP.name, [config.step_key(s) for s in range(trained_steps + 1)])
     start = time.time() - 60.0 * (trained_steps + 1)
-    written = 0
+    worlds = [_run("world_job", w, {**base, KIND_TAG: "world"}, success) for w in config.world_ids]
+    bulk.add_runs(worlds, start)
+    written = len(worlds)
     reward_keys: list[str] = []
-    with stores.db.transaction() as cur:
-        worlds = [_run("world_job", w, {**base, KIND_TAG: "world"}, success) for w in config.world_ids]
-        _insert_runs(cur, worlds, start)
-        written += len(worlds)
-        for step in range(trained_steps + 1):
-            step_key = config.step_key(step)
-            trials = []
-            for slot in config.trial_slots():
-                key = str(trial_partition_key(config, step, slot))
-                dims = {"dagster/partition/step": step_key, "dagster/partition/trial": slot}
-                status = success if step < trained_steps else created
-                if step < trained_steps or len(trials) < in_flight:
-                    trials.append(_run("trial_job", key, {**base, **dims, KIND_TAG: "trial"}, status))
-                if step < trained_steps:
-                    reward_keys.append(key)
+    for step in range(trained_steps + 1):
+        step_key = config.step_key(step)
+        runs = []
+        for slot in config.trial_slots():
+            key = str(trial_partition_key(config, step, slot))
+            dims = {"dagster/partition/step": step_key, "dagster/partition/trial": slot}
+            status = success if step < trained_steps else created
+            if step < trained_steps or len(runs) < in_flight:
+                runs.append(_run("trial_job", key, {**base, **dims, KIND_TAG: "trial"}, status))
             if step < trained_steps:
-                trials.append(_run("train_job", step_key, {**base, KIND_TAG: "train"}, success))
-            _insert_runs(cur, trials, start + 60.0 * step)
-            written += len(trials)
-        execute_values(
-            cur,
-            "INSERT INTO rl_train_ledger (experiment, rubric, step, identity, parent_hash, policy_hash, version, "
-            "actor_pid) VALUES %s",
-            [(config.name, config.rubric, s, f"id{s}", f"h{s}", f"h{s + 1}", s + 1, 0) for s in range(trained_steps)],
-        )
-        _copy_materializations(instance, cur, "worlds", config.world_ids)
-        _copy_materializations(instance, cur, "rewards", reward_keys)
-        _copy_materializations(instance, cur, "weights", [config.step_key(s) for s in range(trained_steps)])
+                reward_keys.append(key)
+        if step < trained_steps:
+            runs.append(_run("train_job", step_key, {**base, KIND_TAG: "train"}, success))
+        bulk.add_runs(runs, start + 60.0 * step)
+        written += len(runs)
+    policy = workload_of(config).trainer.initial(config)  # the last trained step's checkpoint, readable
+    if trained_steps:
+        stores.checkpoints.save(config.name, config.rubric, trained_steps - 1, policy)
+    bulk.add_ledger_steps(config.name, config.rubric, trained_steps, policy.content_hash)
+    bulk.add_summaries(config.name, config.rubric, trained_steps, len(config.trial_slots()))
+    _materializations(instance, bulk, "worlds", config.world_ids)
+    _materializations(instance, bulk, "rewards", reward_keys)
+    _materializations(instance, bulk, "weights", [config.step_key(s) for s in range(trained_steps)])
     return History(written, trained_steps, min(in_flight, len(config.trial_slots())))
