@@ -182,10 +182,11 @@ class UnitRuns:
             if tags.get(EXPERIMENT_TAG) == self.config.name and tags.get(RUBRIC_TAG, self.config.rubric) == self.rubric:
                 self.by_unit[tags.get(PARTITION_TAG, "")].append(record)
 
-    def load_step(self, step_key: str) -> None:
-        """The step's trial (or judge) runs and its training runs: two indexed tag lookups."""
-        self.load(RunsFilter(tags={STEP_DIMENSION_TAG: step_key}))
-        self.load(RunsFilter(tags={PARTITION_TAG: step_key}))
+    def load_steps(self, step_keys: list[str]) -> None:
+        """The steps' trial (or judge) runs and their training runs: two indexed tag lookups, whatever the history."""
+        if step_keys:
+            self.load(RunsFilter(tags={STEP_DIMENSION_TAG: step_keys}))
+            self.load(RunsFilter(tags={PARTITION_TAG: step_keys}))
 
     def counts(self, key: str) -> tuple[bool, int, int]:
         """(a run in flight, runs so far, runs failed since the last success) of one unit."""
@@ -268,8 +269,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
     if rescoring:  # every step is open: the re-scoring's own runs, in one query
         runs.load(RunsFilter(tags={EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}))
     else:
-        for s in open_steps:
-            runs.load_step(config.step_key(s))
+        runs.load_steps([config.step_key(s) for s in open_steps])
     trial_keys = {s: {t.trial_id: _trial_key(config, t.trial_id) for t in config.trials(s)} for s in open_steps}
     damaged_trials = stores.damage.open_keys("trial")
     if rescoring:
