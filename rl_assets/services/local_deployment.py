@@ -72,6 +72,14 @@ run_retries:
   enabled: true
   max_retries: 2
   retry_on_asset_or_op_failure: false
+retention:
+  # The driver's sensors tick every few seconds for as long as the home runs: their ticks are kept for
+  # the UI's tick history a while, not forever (a run is the durable record of what a tick launched).
+  sensor:
+    purge_after_days:
+      skipped: 1
+      success: 14
+      failure: 60
 telemetry:
   enabled: false
 """
