@@ -34,6 +34,7 @@ from rl_assets.driver.planner import PARENT_RUN_TAG, WILL_RETRY_TAG, Launch, pla
 from rl_assets.driver.run_worker import TEST_GATE_ENV
 from rl_assets.home import Home
 from rl_assets.resources.trainer import TrainerResource
+from rl_assets.services.daemon import LocalDaemon
 from rl_assets.services.processes import identity_alive
 from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.locks import LockSpace
@@ -65,7 +66,12 @@ def _world_run(instance, stores, config: ExperimentConfig):
 
 
 def test_a_failed_run_that_dagster_will_retry_stays_in_flight_until_its_retry_exists(home, stores, instance):
-    """Run monitoring fails a dead worker's run and run retries launch it again: the driver launches nothing."""
+    """Run monitoring fails a dead worker's run and run retries launch it again: the driver launches nothing.
+
+    The test plays the retry daemon's part itself, so the home's daemon (left running by an earlier test's
+    ``train``) is stopped first: its retry of the failed run would be a second retry, racing the test's.
+    """
+    LocalDaemon(Home(home)).stop()
     config = _register(stores, "race-run-retry")
     failed = _world_run(instance, stores, config)
     instance.report_run_failed(failed, "the run's worker process died")

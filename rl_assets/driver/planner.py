@@ -35,8 +35,6 @@ ACTIVE_STATUSES = {
 }
 
 
-STEP_DIMENSION_TAG = "dagster/partition/step"
-"""A trial run's step, as a tag of its own: the open step's runs are found by it, without the rest of history."""
 WILL_RETRY_TAG = "dagster/will_retry"
 PARENT_RUN_TAG = "dagster/parent_run_id"
 RETRY_GRACE_S = 30.0
@@ -182,11 +180,11 @@ class UnitRuns:
             if tags.get(EXPERIMENT_TAG) == self.config.name and tags.get(RUBRIC_TAG, self.config.rubric) == self.rubric:
                 self.by_unit[tags.get(PARTITION_TAG, "")].append(record)
 
-    def load_steps(self, step_keys: list[str]) -> None:
-        """The steps' trial (or judge) runs and their training runs: two indexed tag lookups, whatever the history."""
-        if step_keys:
-            self.load(RunsFilter(tags={STEP_DIMENSION_TAG: step_keys}))
-            self.load(RunsFilter(tags={PARTITION_TAG: step_keys}))
+    def load_units(self, keys: list[str]) -> None:
+        """The runs of these units (trial and step partition keys), found by the tag that names a unit: one
+        indexed lookup, whatever the history."""
+        if keys:
+            self.load(RunsFilter(tags={PARTITION_TAG: keys}))
 
     def counts(self, key: str) -> tuple[bool, int, int]:
         """(a run in flight, runs so far, runs failed since the last success) of one unit."""
@@ -266,11 +264,11 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
             if worlds_missing:
                 return Plan(scoring, worlds_missing, [], launches)
 
+    trial_keys = {s: {t.trial_id: _trial_key(config, t.trial_id) for t in config.trials(s)} for s in open_steps}
     if rescoring:  # every step is open: the re-scoring's own runs, in one query
         runs.load(RunsFilter(tags={EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}))
     else:
-        runs.load_steps([config.step_key(s) for s in open_steps])
-    trial_keys = {s: {t.trial_id: _trial_key(config, t.trial_id) for t in config.trials(s)} for s in open_steps}
+        runs.load_units([key for s in open_steps for key in (config.step_key(s), *trial_keys[s].values())])
     damaged_trials = stores.damage.open_keys("trial")
     if rescoring:
         rewarded = {
