@@ -5,7 +5,8 @@ unobserved, the UI says "Never observed" and cannot tell that a new rubric
 makes the rewards (and through them the weights) stale. This sensor runs by
 default and records an observation of ``rubrics``, with the registry's data
 version, whenever that version differs from the one it last recorded (its
-cursor): no run is launched and an unchanged registry adds no event. It
+cursor, and the newest observation on record): no run is launched and an unchanged registry adds no event,
+even across a daemon killed mid-tick. It
 re-scores nothing; that is ``rubric_sensor``'s opt-in job.
 """
 
@@ -43,6 +44,16 @@ def rubrics_observation(stores: StoresResource) -> tuple[str, dg.AssetObservatio
 )
 def rubric_observer(context: dg.SensorEvaluationContext, stores: StoresResource) -> dg.SensorResult | dg.SkipReason:
     version, observation = rubrics_observation(stores)
-    if context.cursor == version:
-        return dg.SkipReason(f"rubric registry unchanged (version {version})")
+    if context.cursor == version or last_observed_version(context.instance) == version:
+        return dg.SensorResult(skip_reason=f"rubric registry unchanged (version {version})", cursor=version)
     return dg.SensorResult(asset_events=[observation], cursor=version)
+
+
+def last_observed_version(instance: dg.DagsterInstance) -> str | None:
+    """The data version of the newest observation of ``rubrics`` (one indexed read).
+
+    The cursor alone is not enough: a daemon killed after its tick recorded the observation but before it
+    saved the cursor would observe the same version again on its next life.
+    """
+    records = instance.fetch_observations(dg.AssetKey("rubrics"), limit=1).records
+    return records[0].asset_observation.tags.get(DATA_VERSION_TAG) if records else None

@@ -23,7 +23,7 @@ from dagster._utils.test.data_versions import get_stale_status_resolver
 
 from rl_assets.definitions import defs
 from rl_assets.home import Home
-from rl_assets.rubric_observer import DATA_VERSION_TAG, OBSERVE_INTERVAL_S
+from rl_assets.rubric_observer import DATA_VERSION_TAG, OBSERVE_INTERVAL_S, last_observed_version
 from rl_assets.services.daemon import LocalDaemon
 from rl_assets.testing.expectations import cli_args, run_cli
 
@@ -39,20 +39,16 @@ def daemon(home: Path) -> int:
     return LocalDaemon(Home(home)).ensure_running()
 
 
-def _observed_version(instance: dg.DagsterInstance) -> str | None:
-    records = instance.fetch_observations(dg.AssetKey("rubrics"), limit=1).records
-    return records[0].asset_observation.tags.get(DATA_VERSION_TAG) if records else None
-
-
 def _wait_for_version(instance: dg.DagsterInstance, version: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while (seen := _observed_version(instance)) != version:
+    while (seen := last_observed_version(instance)) != version:
         assert time.monotonic() < deadline, f"rubrics observed at {seen}, not {version}, after {timeout:.0f}s"
         time.sleep(1.0)  # polling the event log: the daemon's tick is the event
 
 
 def test_the_registry_is_observed_by_default_and_a_new_rubric_makes_rewards_stale(home, daemon, stores, instance):
     _wait_for_version(instance, stores.rubrics.version(), timeout=120)
+    before = instance.fetch_observations(dg.AssetKey("rubrics"), limit=1).records[0].storage_id
     run_cli(home, "train", *cli_args(NAME, FIELDS), "--json")
     rubric_file = home.parent / f"{NEW_RUBRIC['name']}.json"
     rubric_file.write_text(json.dumps(NEW_RUBRIC))
@@ -66,8 +62,10 @@ def test_the_registry_is_observed_by_default_and_a_new_rubric_makes_rewards_stal
     assert resolver.get_status(dg.AssetKey("trajectories"), trial) == StaleStatus.FRESH
     assert resolver.get_status(dg.AssetKey("worlds"), "w0") == StaleStatus.FRESH
     ticks = instance.fetch_observations(dg.AssetKey("rubrics"), limit=100).records
+    during = [r.asset_observation.tags[DATA_VERSION_TAG] for r in ticks if r.storage_id > before]
+    assert during == [stores.rubrics.version()], "training observed nothing; the new rubric was observed once"
     versions = [r.asset_observation.tags[DATA_VERSION_TAG] for r in ticks]
     # Other tests of the shared home add and remove rubrics, so a version may come back; but each observation
-    # records a change: an unchanged registry adds no event.
+    # records a change, even across the daemons that kill tests end mid-tick.
     repeats = [(a, b) for a, b in itertools.pairwise(versions) if a == b]
     assert not repeats, f"an observation of an unchanged registry: {versions}"
