@@ -342,15 +342,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rl_assets.driver.planner import plan
     from rl_assets.progress_display import describe
     from rl_assets.results import experiment_result, format_table
-    from rl_assets.stores.experiments import UnknownExperimentError
 
     _checked(check_experiment_name, args.experiment, "--experiment")
     home = Home.resolve(args.home)
     stores = _open(home, with_ray=False)
-    try:
-        config = stores.experiments.get(args.experiment)
-    except UnknownExperimentError as err:
-        raise UsageError(str(err)) from None
+    config = _existing(stores, args.experiment)
     with DagsterInstance.get() as instance:
         p = plan(instance, stores, config)
     result = experiment_result(stores, config)
@@ -366,7 +362,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from rl_assets.report import evidence, format_report
-    from rl_assets.stores.experiments import UnknownExperimentError
 
     _checked(check_experiment_name, args.experiment, "--experiment")
     if args.html is not None:
@@ -377,10 +372,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         except MissingPlottingError as err:
             raise UsageError(f"--html: {err}") from None
     stores = _open(Home.resolve(args.home), with_ray=False)
-    try:
-        config = stores.experiments.get(args.experiment)
-    except UnknownExperimentError as err:
-        raise UsageError(str(err)) from None
+    config = _existing(stores, args.experiment)
     report = evidence(stores, config)
     print(json.dumps(report) if args.json else format_report(report))
     if args.html is not None:

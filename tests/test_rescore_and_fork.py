@@ -56,3 +56,6 @@ def test_rescore_refuses_unknown_rubric_and_untrained_experiment(home, reference
     assert proc.returncode == 2 and "--rubric: unknown rubric 'v9'" in proc.stderr
     proc = run_cli(home, "rescore", "--experiment", "nosuch", "--rubric", "v1", check=False)
     assert proc.returncode == 2 and "no experiment named 'nosuch'" in proc.stderr
+    for command in (["status"], ["report"], ["export", "--format", "skyrl"]):
+        proc = run_cli(home, *command, "--experiment", "nosuch", check=False)
+        assert proc.returncode == 2 and "error: --experiment: no experiment named 'nosuch'" in proc.stderr, command
