@@ -2,24 +2,49 @@
 
 from pathlib import Path
 
+import dagster as dg
+import sqlalchemy
+import sqlalchemy.pool
 import yaml
+from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage
 
 from rl_assets.services.local_deployment import DAGSTER_YAML
 
 ROOT = Path(__file__).resolve().parents[1]
+STORAGES = ("run_storage", "event_log_storage", "schedule_storage")
 
 
 def test_home_and_repo_instance_configs_agree():
     repo = yaml.safe_load((ROOT / "dagster.yaml").read_text())
     home = yaml.safe_load(DAGSTER_YAML)
     assert repo == home
-    assert repo["storage"]["postgres"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
+    assert repo["run_storage"]["config"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
+    assert {repo[s]["config"]["postgres_db"]["db_name"]["env"] for s in STORAGES} == {"DAGSTER_PG_DB"}
 
 
 def test_local_home_uses_postgres_not_sqlite(home, instance):
-    assert type(instance.run_storage).__name__ == "PostgresRunStorage"
-    assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+    assert isinstance(instance.run_storage, PostgresRunStorage)
+    assert isinstance(instance.event_log_storage, PostgresEventLogStorage)
     assert "sqlite" not in (home / "dagster" / "dagster.yaml").read_text()
+
+
+def test_storage_calls_reuse_a_connection_in_every_process_of_the_home(instance):
+    """dagster-postgres alone opens a connection for each call; the home's storages keep theirs."""
+    opened = []
+
+    def count(*_: object) -> None:
+        opened.append(1)
+
+    sqlalchemy.event.listen(sqlalchemy.pool.Pool, "connect", count)
+    try:
+        for _ in range(20):
+            instance.get_runs_count()
+            instance.get_latest_storage_id_by_partition(
+                dg.AssetKey("weights"), dg.DagsterEventType.ASSET_MATERIALIZATION, partitions={"none/s0"}
+            )
+    finally:
+        sqlalchemy.event.remove(sqlalchemy.pool.Pool, "connect", count)
+    assert len(opened) <= 2, f"{len(opened)} connections opened for 40 calls"
 
 
 def test_the_drivers_sensor_ticks_are_purged_not_kept_forever(instance):
