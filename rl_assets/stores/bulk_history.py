@@ -86,3 +86,9 @@ class BulkHistory:
                 rows,
                 page_size=BATCH,
             )
+
+    def analyze(self) -> None:
+        """Refresh Postgres's statistics of the tables written, as autovacuum does for a history that grew slowly:
+        written at once, it would be planned with the statistics of an empty home until autovacuum came by."""
+        with self.db.transaction() as cur:
+            cur.execute("ANALYZE runs, run_tags, event_logs, rl_train_ledger, rl_step_summaries")

@@ -92,4 +92,5 @@ def write_history(
     _materializations(instance, bulk, "worlds", config.world_ids)
     _materializations(instance, bulk, "rewards", reward_keys)
     _materializations(instance, bulk, "weights", [config.step_key(s) for s in range(trained_steps)])
+    bulk.analyze()
     return History(written, trained_steps, min(in_flight, len(config.trial_slots())))
