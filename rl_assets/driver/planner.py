@@ -162,7 +162,7 @@ def _failures_since_success(runs: list[DagsterRun]) -> int:
 
 
 class UnitRuns:
-    """The runs of the units a plan looks at, newest first (as stored), read a step at a time.
+    """The runs of the units a plan looks at, newest first (as stored), by unit (``rl/partition``).
 
     A plan reads only what can still change: the runs of the open steps (and of worlds not yet built),
     never the experiment's whole history, so a tick costs the same at a million runs as at ten.
