@@ -25,8 +25,10 @@ the command line; they launch nothing.
 ``rubric_sensor`` (off by default; turn it on in the UI's sensor list or with
 ``dagster sensor start rubric_sensor``) watches the rubric registry; when a
 new rubric appears it requests the re-scoring of the finished experiments
-named in ``RL_ASSETS_RESCORE_EXPERIMENTS`` (comma-separated, ``*`` for all)
-and records the new ``rubrics`` data version; the driver's sensors launch the runs. Its
+named in ``RL_ASSETS_RESCORE_EXPERIMENTS`` (comma-separated, ``*`` for all);
+the driver's sensors launch the runs. (``rubric_observer``, on by default,
+records the registry's versions: the observations are its alone, one per
+change.) Its
 cursor holds the rubrics already seen, and requests are idempotent, so a
 rubric triggers one re-scoring however often the sensor ticks.
 """
@@ -276,13 +278,9 @@ def _watched(state: Stores) -> list[str]:
 )
 def rubric_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -> dg.SensorResult | dg.SkipReason:
     state = stores.stores
-    registry = state.rubrics
-    current = {name: r.content_hash for name, r in registry.all().items()}
-    observation = dg.AssetObservation(
-        asset_key="rubrics", tags={"dagster/data_version": registry.version()}, metadata={"rubrics": current}
-    )
+    current = {name: r.content_hash for name, r in state.rubrics.all().items()}
     if context.cursor is None:  # first tick: the rubrics that exist now are the baseline, not news
-        return dg.SensorResult(cursor=json.dumps(current), asset_events=[observation])
+        return dg.SensorResult(cursor=json.dumps(current), skip_reason="the rubrics registered now are the baseline")
     seen = json.loads(context.cursor)
     new = sorted(name for name in current if name not in seen)
     if not new:
@@ -296,4 +294,4 @@ def rubric_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -
             state.scorings.request(name, rubric, requested_by="rubric_sensor")
             state.drives.request(name, requested_by="rubric_sensor")
             context.log.info(f"re-scoring {name} with the new rubric {rubric}; the driver sensor launches it")
-    return dg.SensorResult(cursor=json.dumps(current), asset_events=[observation])
+    return dg.SensorResult(cursor=json.dumps(current))
