@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,3 +69,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the browser test looks for must be among them, so it is trained before the rest of the suite's.
     """
     items.sort(key=lambda item: not item.nodeid.startswith("tests/test_ui_browser.py"))
+
+
+_exit_status: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the test process once its report is written, with pytest's exit status, skipping the interpreter's
+    teardown.
+
+    The session's home is down by then (its fixture's teardown ran). What is left is the interpreter tearing
+    down the native libraries this process loaded (Ray's and gRPC's threads, torch): once in CI every test
+    passed and the process then died of a segmentation fault at exit, which turned the run red after the fact.
+    """
+    if _exit_status:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status[0])
