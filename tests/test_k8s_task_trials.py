@@ -279,10 +279,10 @@ def test_the_tests_are_not_visible_before_verification_and_what_the_agent_plants
         ]
         planted = "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && printf 'exit 0' > /tests/test.sh"
         assert session.run(planted + " && echo 'import sys; sys.exit(0)' > /tests/conftest.py", 10).exit_code == 0
-        unsolved = session.verify()
+        unsolved = session.verify("")
         assert unsolved.reward == 0.0, "the planted reward and test script were wiped before the real tests came"
         assert session.run(solve, 30).exit_code == 0
-        solved = session.verify()
+        solved = session.verify("")
         assert solved.reward == 1.0 and solved.rewards == {"reward": 1.0}
     tests_copied = [i for i, (_, command) in enumerate(api.execs) if "tar -x" in " ".join(command)]
     agent_runs = [i for i, (_, command) in enumerate(api.execs) if command[:1] == ["timeout"]]
@@ -295,7 +295,7 @@ def test_a_reward_json_is_read_with_the_same_parsing_as_locally(api, store, tmp_
     make_task(tmp_path / "set", "graded", test_sh=test_sh, toml='\n[verifier.env]\nLEVEL = "strict"\n')
     world_id = sealed_world(api, store, tmp_path / "set", "graded")
     with open_session(store, world_id) as session:
-        outcome = session.verify()
+        outcome = session.verify("")
     assert (outcome.reward, outcome.rewards, outcome.output) == (0.25, {"reward": 0.25, "style": 1.0}, "checking\n")
 
 
@@ -313,7 +313,7 @@ def test_a_verifier_without_a_usable_reward_fails_as_locally(api, store, tmp_pat
     (path / "task.toml").write_text('schema_version = "1.4"\n\n[verifier]\ntimeout_sec = 1.0\n')
     world_id = sealed_world(api, store, tmp_path / "set", "broken")
     with open_session(store, world_id) as session, pytest.raises(error, match=message) as failed:
-        session.verify()
+        session.verify("")
     if error is VerifierTimeout:
         assert failed.value.output == "started\n"
     assert api.names("Pod") == [] and api.names("PersistentVolumeClaim") == []

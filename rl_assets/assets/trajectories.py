@@ -18,8 +18,10 @@ from rl_assets.domain.models import Policy, Trajectory, TrialSpec
 from rl_assets.domain.runtime import Runtime
 from rl_assets.domain.transcript_markdown import transcript_markdown
 from rl_assets.faults import FaultInjection
+from rl_assets.home import Home
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
+from rl_assets.services.policy_server import LocalPolicyServer
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.workloads.registry import workload_of
 from rl_assets.workloads.seams import Attempt
@@ -140,6 +142,7 @@ def _generate(
                 usage.completion_tokens,
                 attempt_id,
             ),
+            policy_server=LocalPolicyServer(Home(state.home)).ensure_running if config.policy == "local" else None,
         )
         environment = FaultInjection(runtime.faults, attempt).environment(world_store)
         rollout = agent.rollout(environment, spec, policy, attempt_of)

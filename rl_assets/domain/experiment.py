@@ -42,6 +42,9 @@ TASKS_WORKLOAD = "tasks"
 """The workload of Harbor task sets: a tool-using agent over an OpenAI-compatible API, the task's verifier."""
 JudgeKind = Literal["none", "llm"]
 TrainerKind = Literal["none", "grpo"]
+PolicyKind = Literal["local"]
+LOCAL_POLICY_MODEL = "local"
+"""The model name the home's own policy server answers as (``--policy local``)."""
 MAX_GRPO_LR = 0.1
 """A language model's learning rate; the bandit's default (2.0) would wreck one, so grpo refuses it."""
 DEFAULT_CLIP = 0.2
@@ -113,6 +116,10 @@ class ExperimentConfig(BaseModel):
         "Derived from --tasks when the experiment is recorded: each task's name and its sealed world.",
         json_schema_extra={"derived": True},
     )
+    policy: PolicyKind | None = _task_field(
+        "'local': the home serves the policy being trained (--trainer grpo) to the agent, each step's "
+        "rollouts from the previous step's checkpoint; no --policy-url or --policy-model then."
+    )
     policy_url: str | None = _task_field(
         "Base URL (ending in /v1) of the OpenAI-compatible server the agent's model answers from."
     )
@@ -181,7 +188,16 @@ class ExperimentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _task_fields_for_task_workloads(self) -> ExperimentConfig:
-        task_only = ("policy_url", "policy_model", "judge", "judge_url", "judge_model", "trainer", *GRPO_FIELDS)
+        task_only = (
+            "policy",
+            "policy_url",
+            "policy_model",
+            "judge",
+            "judge_url",
+            "judge_model",
+            "trainer",
+            *GRPO_FIELDS,
+        )
         if self.tasks is None:
             given = [f for f in (*task_only, "task_worlds") if getattr(self, f) is not None]
             if given:
@@ -189,8 +205,13 @@ class ExperimentConfig(BaseModel):
             if self.workload == TASKS_WORKLOAD:
                 raise ValueError(f"the {TASKS_WORKLOAD!r} workload needs --tasks (a task set directory)")
             return self
-        if self.policy_url is None or self.policy_model is None:
-            raise ValueError("a task experiment needs --policy-url and --policy-model")
+        if self.policy == "local":
+            if self.policy_url is not None or self.policy_model is not None:
+                raise ValueError("--policy local takes no --policy-url or --policy-model (the home serves it)")
+            if self.trainer != "grpo":
+                raise ValueError("--policy local serves the model --trainer grpo trains: give --trainer grpo")
+        elif self.policy_url is None or self.policy_model is None:
+            raise ValueError("a task experiment needs --policy-url and --policy-model (or --policy local)")
         for field in ("policy_url", "judge_url"):
             url = getattr(self, field)
             if url is not None and not re.fullmatch(r"https?://\S+/v1/?", url):

@@ -71,6 +71,9 @@ class ModelTurn(Record):
     """The completion's token ids, when the server returned them (vLLM's ``return_token_ids``)."""
     logprobs: tuple[float, ...] | None = None
     """The sampling logprob of each completion token, when the server returned them."""
+    policy_version: int | None = Field(None, exclude_if=lambda v: v is None)
+    """The policy version that answered, when the server says (the home's own policy server does); a
+    trainer checks it against the version the trial asked for."""
 
 
 class Transcript(Record):

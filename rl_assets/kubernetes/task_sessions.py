@@ -51,9 +51,10 @@ for d in {" ".join(SCRATCH_MOUNTS.values())}; do
 done
 left=$(find {" ".join(SCRATCH_MOUNTS.values())} -mindepth 1 -print -quit 2>&1)
 if [ -n "$left" ]; then echo "could not clear $left"; exit 3; fi
-head -c "$1" | tar -x -f - -C /tests && mkdir -p /logs/verifier
+head -c "$1" | tar -x -f - -C /tests && mkdir -p /logs/verifier /logs/agent && head -c "$2" > /logs/agent/answer.txt
 """
-"""``bash -c`` script (``$1``: the tar stream's length): the verifier's clean slate, then its tests."""
+"""``bash -c`` script (``$1``: the tar stream's length, ``$2``: the agent's final message's): the verifier's
+clean slate, then its tests and the answer (read from stdin after the tar stream; ``head -c`` reads no further)."""
 READ_REWARD = f"""
 f=/logs/verifier/$1
 if [ -L "$f" ] || {{ [ -e "$f" ] && [ ! -f "$f" ]; }}; then exit 3; fi
@@ -109,11 +110,14 @@ class K8sTaskSession:
                 "a task pod's commands need bash, timeout, env, head, tar and find"
             )
 
-    def verify(self) -> VerifierOutcome:
+    def verify(self, answer: str) -> VerifierOutcome:
         config = self.task.config
         archive = tests_archive(self.task.path / "tests")
+        said = answer.encode("utf-8")
         code, output = self.exec.argv(
-            ["bash", "-c", CLEAR_FOR_VERIFIER, "clear", str(len(archive))], SETUP_WAIT_S, archive
+            ["bash", "-c", CLEAR_FOR_VERIFIER, "clear", str(len(archive)), str(len(said))],
+            SETUP_WAIT_S,
+            archive + said,
         )
         if code != 0:
             raise TaskPodError(

@@ -123,6 +123,6 @@ class LocalTaskSession:
     def run(self, command: str, timeout_s: float) -> CommandResult:
         return self.shell.run(command, timeout_s)
 
-    def verify(self) -> VerifierOutcome:
-        result = verify(self.shell, self.task)
+    def verify(self, answer: str) -> VerifierOutcome:
+        result = verify(self.shell, self.task, answer)
         return VerifierOutcome(reward=result.reward, rewards=result.rewards, output=result.output)

@@ -8,8 +8,9 @@ path existed in their sandboxes. The reward is read on the host side of ``/logs/
 :func:`rl_assets.tasks.verifier.read_rewards`.
 
 The oracle is Harbor's: ``solution/solve.sh`` (copied to ``/solution``) as the agent, one command, then
-the verifier, on a fresh fork of the task's ``environment/`` files; ``rl-assets tasks check`` runs it
-to prove each task solvable. The world is a temporary copy, removed afterwards; the fork an overlay on it.
+the verifier (what ``solve.sh`` printed is the agent's final message), on a fresh fork of the task's
+``environment/`` files; ``rl-assets tasks check`` runs it to prove each task solvable. The world is a
+temporary copy, removed afterwards; the fork an overlay on it.
 """
 
 from __future__ import annotations
@@ -25,19 +26,27 @@ from rl_assets.tasks.check import OracleRun
 from rl_assets.tasks.task import Task
 from rl_assets.tasks.verifier import VerifierError, VerifierResult, VerifierTimeout, read_rewards
 
+ANSWER_FILE = "answer.txt"
+"""The agent's final message, in ``/logs/agent`` for the verifier."""
 ORACLE_TIMEOUT_S = 600.0
 """``solve.sh``'s timeout when the task's ``[agent] timeout_sec`` is unset (Harbor's: none at all)."""
 
 
-def verify(shell: TaskShell, task: Task) -> VerifierResult:
-    """Run the task's ``tests/test.sh`` in ``shell``'s fork; its reward, or a :class:`VerifierError`."""
+def verify(shell: TaskShell, task: Task, answer: str = "") -> VerifierResult:
+    """Run the task's ``tests/test.sh`` in ``shell``'s fork; its reward, or a :class:`VerifierError`.
+
+    ``answer``, the agent's final message, is in ``/logs/agent/answer.txt`` (written here, on the trusted
+    side, into a directory the agent never saw) for verifiers that grade what the agent said.
+    """
     config = task.config
     tests = shell.new_dir(copy_of=task.path / "tests")
     logs = shell.new_dir()
+    agent_logs = shell.new_dir()
+    (agent_logs / ANSWER_FILE).write_text(answer, encoding="utf-8")
     result = shell.run_phase(
         "bash /tests/test.sh",
         config.verifier.timeout_sec,
-        mounts={"/tests": tests, "/logs/verifier": logs},
+        mounts={"/tests": tests, "/logs/verifier": logs, "/logs/agent": agent_logs},
         env=config.verifier.env,
     )
     if result.timed_out:
@@ -87,7 +96,7 @@ def run_oracle(task: Task) -> OracleRun:
                 "bash /solution/solve.sh", timeout_s, mounts={"/solution": solution}, env=task.config.solution.env
             )
             solve = f"timed out after {timeout_s:g}s" if agent.timed_out else f"exit {agent.exit_code}"
-            verdict = verify(shell, task)
+            verdict = verify(shell, task, answer=agent.output.strip())  # the oracle's last word: what it printed
         return OracleRun(seconds=time.monotonic() - start, reward=verdict.reward, solve=solve)
     except (VerifierError, TaskSandboxError, TaskSandboxUnavailable) as err:
         return OracleRun(seconds=time.monotonic() - start, error=f"{type(err).__name__}: {err}", solve=solve)

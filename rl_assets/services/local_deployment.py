@@ -13,6 +13,7 @@ import os
 from rl_assets.home import HOME_ENV, Home, ensure_private_dir, remove_private_dir
 from rl_assets.services.daemon import LocalDaemon
 from rl_assets.services.dev_server import DevServer
+from rl_assets.services.policy_server import LocalPolicyServer
 from rl_assets.services.postgres import EmbeddedPostgres
 from rl_assets.services.processes import file_lock
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead, client_env
@@ -106,6 +107,7 @@ class LocalDeployment:
         self.ray = LocalRayHead(home)
         self.dev = DevServer(home)
         self.daemon = LocalDaemon(home)
+        self.policy = LocalPolicyServer(home)
 
     def namespace(self) -> str:
         return "rl-assets-" + hashlib.sha256(str(self.home.root).encode()).hexdigest()[:10]
@@ -152,6 +154,8 @@ class LocalDeployment:
             stopped.append("dev server")
         if self.daemon.stop():
             stopped.append("daemon")
+        if self.policy.stop():
+            stopped.append("policy server")
         if end_run_workers(self.home):
             stopped.append("run workers")
         if self.ray.stop():
@@ -166,6 +170,7 @@ class LocalDeployment:
         return {
             "dev": self.dev.session(),
             "daemon": self.daemon.session(),
+            "policy": self.policy.session(),
             "ray": self.ray.session(),
             "postgres": self.postgres.session(),
         }

@@ -37,6 +37,15 @@ RequestFactory = Callable[[ForkLayout], SandboxRequest]
 
 
 @dataclass(frozen=True)
+class PolicyAddress:
+    """Where a policy server answers and the key it wants (the home's own: :mod:`rl_assets.services.policy_server`)."""
+
+    base_url: str
+    api_key: str
+    pid: int
+
+
+@dataclass(frozen=True)
 class Attempt:
     """One rollout attempt of a trial, as the harness hands it to the agent."""
 
@@ -47,6 +56,8 @@ class Attempt:
     tool_latency_s: float
     on_model_call: Callable[[str, Usage], None]
     """Told ``(model, usage)`` of every answered model call as it arrives: the cost ledger's hook."""
+    policy_server: Callable[[], PolicyAddress] | None = None
+    """``--policy local``: the home's policy server, started if it is not running (the harness's, not the agent's)."""
 
 
 class TaskSession(Protocol):
@@ -62,8 +73,9 @@ class TaskSession(Protocol):
         """The :class:`~rl_assets.sandbox.protocol.Shell` seam: one agent command."""
         ...
 
-    def verify(self) -> VerifierOutcome:
-        """The task's ``tests/test.sh`` on the fork as the agent left it; raises when it gives no usable reward."""
+    def verify(self, answer: str) -> VerifierOutcome:
+        """The task's ``tests/test.sh`` on the fork as the agent left it, with the agent's final message in
+        ``/logs/agent/answer.txt`` (Harbor's agent log directory); raises when it gives no usable reward."""
         ...
 
 

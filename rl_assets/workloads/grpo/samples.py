@@ -71,6 +71,11 @@ def model_calls(trajectory: Trajectory, tokenizer: ChatTokenizer | None, served_
         raise ValueError(f"trajectory {trajectory.trial_id} has no chat transcript: grpo trains chat trials only")
     calls = []
     for turn in transcript.turns:
+        if turn.policy_version is not None and turn.policy_version != trajectory.policy_version:
+            raise ValueError(
+                f"trajectory {trajectory.trial_id} asked for policy version {trajectory.policy_version} "
+                f"but a call was answered by version {turn.policy_version}: it is not the parent's rollout"
+            )
         has_ids = turn.prompt_token_ids is not None and turn.token_ids is not None
         own = has_ids and served_as in (None, transcript.model)
         if own:

@@ -21,17 +21,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.experiment import LOCAL_POLICY_MODEL, ExperimentConfig
 from rl_assets.domain.language_model import GRPORecipe, LanguageModelPolicy, StepStats
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.workloads.grpo import checkpoint
 from rl_assets.workloads.grpo.advantages import batch_advantages, group_of
+from rl_assets.workloads.grpo.generation import copy_weights
 from rl_assets.workloads.grpo.model import TINY_SEED, base_hash, deterministic, load_base
 from rl_assets.workloads.grpo.samples import kind, trajectory_samples
 from rl_assets.workloads.grpo.tokenizer import ChatTokenizer
 from rl_assets.workloads.seams import TrainingWorkspace
 
-SERVED_MODEL = "local"
+SERVED_MODEL = LOCAL_POLICY_MODEL
 """The model name the policy's own server answers as: only its transcripts' token ids are this model's."""
 MAX_TOKENS = 2048
 """The longest sample (prompt + response) trained on; the tiny model's context."""
@@ -90,12 +91,7 @@ class GRPOTrainer:
                 rng = torch.get_rng_state()
             return _Live(parent.content_hash, model, optimizer, tokenizer, rng)
         saved = checkpoint.read(workspace.models, lm.checkpoint)
-        names = {name for name, _ in model.named_parameters()}
-        if names != set(saved.parameters):
-            raise checkpoint.CheckpointError(f"checkpoint {lm.checkpoint} does not hold the parameters of {lm.base}")
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                p.copy_(saved.parameters[name])
+        copy_weights(model, saved, lm)
         optimizer.load_state_dict(checkpoint.optimizer_state(saved))
         return _Live(parent.content_hash, model, optimizer, tokenizer, saved.optimizer[checkpoint.RNG_KEY])
 

@@ -24,6 +24,7 @@ SYSTEM_PROMPT = (
     "When the task is done, answer with a short summary and no tool call."
 )
 NOT_RUN = "error: not run, the agent's time ran out"
+SEED_RANGE = 2**31
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,11 @@ class ChatAgent:
             {"system": SYSTEM_PROMPT, "tools": list(TOOLS), "limits": asdict(self.limits)}
         )
 
-    def run(self, instruction: str, client: ChatClient, shell: Shell) -> Transcript:
+    def run(self, instruction: str, client: ChatClient, shell: Shell, seed: int | None = None) -> Transcript:
         """One trial: ``instruction`` (the task's ``instruction.md``, verbatim) worked on through ``shell``.
+
+        ``seed``: ask the server for reproducible sampling, call *k* with ``seed + k`` (the trial's own
+        seed, so each sample of a task explores differently and a retried attempt asks alike).
 
         Raises :class:`~rl_assets.workloads.harbor.client.ModelCallError` when a model call fails for
         good (the trial is then a failed trial); a call cut short by the deadline ends the loop instead.
@@ -71,7 +75,8 @@ class ChatAgent:
                 ended = "timeout"
                 break
             try:
-                answer = client.complete(messages, TOOLS, timeout_s=left)
+                turn_seed = None if seed is None else (seed + len(turns)) % SEED_RANGE
+                answer = client.complete(messages, TOOLS, timeout_s=left, seed=turn_seed)
             except ModelCallError as err:
                 if err.timed_out and left < client.endpoint.timeout_s:  # cut short by the deadline, not the server
                     ended = "timeout"
@@ -96,3 +101,11 @@ class ChatAgent:
             ended=ended,
             usage=sum((t.usage for t in turns), Usage()),
         )
+
+
+def final_answer(transcript: Transcript) -> str:
+    """The agent's last word: its last assistant message's text (what ``/logs/agent/answer.txt`` holds)."""
+    for message in reversed(transcript.messages):
+        if message.role == "assistant":
+            return message.content or ""
+    return ""

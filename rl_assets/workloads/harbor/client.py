@@ -47,6 +47,8 @@ class ChatEndpoint(BaseModel):
     return_token_ids: bool = True
     """Ask for vLLM's prompt and completion token ids. vLLM ignores fields it does not know, with a
     warning; hosted APIs may refuse them with a 400, so turn this off for them."""
+    policy: dict[str, Any] | None = None
+    """The home's policy server only: the policy version asked for (``{"experiment": ..., "version": N}``)."""
 
 
 class ModelCallError(RuntimeError):
@@ -70,15 +72,18 @@ class Answer(BaseModel):
 class ChatClient:
     """Chat completions from one endpoint, counting the requests that were answered."""
 
-    def __init__(self, endpoint: ChatEndpoint, on_answer: Callable[[Answer], None] | None = None) -> None:
-        """``on_answer`` sees every answered call as it arrives (the cost ledger records it there and then)."""
+    def __init__(
+        self, endpoint: ChatEndpoint, on_answer: Callable[[Answer], None] | None = None, api_key: str | None = None
+    ) -> None:
+        """``on_answer`` sees every answered call as it arrives (the cost ledger records it there and then);
+        ``api_key`` replaces the endpoint's variable (the home's own policy server: a key file of the home)."""
         self.endpoint = endpoint
         self._on_answer = on_answer
         import openai  # here, not at module import: every process that loads the definitions would pay ~0.4 s
 
         self._client = openai.OpenAI(
             base_url=endpoint.base_url,
-            api_key=os.environ.get(endpoint.api_key_env) or PLACEHOLDER_KEY,
+            api_key=api_key or os.environ.get(endpoint.api_key_env) or PLACEHOLDER_KEY,
             timeout=endpoint.timeout_s,
             max_retries=endpoint.max_retries,
         )
@@ -92,9 +97,14 @@ class ChatClient:
             return self._answered
 
     def complete(
-        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = (), timeout_s: float | None = None
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]] = (),
+        timeout_s: float | None = None,
+        seed: int | None = None,
     ) -> Answer:
-        """The model's next message after ``messages``; ``timeout_s`` lowers the per-attempt timeout."""
+        """The model's next message after ``messages``; ``timeout_s`` lowers the per-attempt timeout;
+        ``seed`` asks for reproducible sampling (OpenAI's and vLLM's ``seed``)."""
         e = self.endpoint
         params: dict[str, Any] = {"model": e.model, "messages": [_wire(m) for m in messages]}
         if tools:
@@ -105,8 +115,13 @@ class ChatClient:
             params["max_tokens"] = e.max_tokens
         if e.logprobs:
             params["logprobs"] = True
-        if e.return_token_ids:
-            params["extra_body"] = {"return_token_ids": True}
+        if seed is not None:
+            params["seed"] = seed
+        extra: dict[str, Any] = {"return_token_ids": True} if e.return_token_ids else {}
+        if e.policy is not None:
+            extra["policy"] = e.policy
+        if extra:
+            params["extra_body"] = extra
         timeout = e.timeout_s if timeout_s is None else min(e.timeout_s, timeout_s)
         where = f"model {e.model!r} at {e.base_url}"
         import openai
@@ -185,5 +200,12 @@ def _read(completion: Any, where: str) -> Answer:
         or _ids(getattr(choice, "prompt_token_ids", None)),
         token_ids=_ids(getattr(choice, "token_ids", None)),
         logprobs=None if logprobs is None else tuple(t.logprob for t in logprobs),
+        policy_version=_served_version(getattr(completion, "policy", None)),
     )
     return Answer(message=message, turn=turn)
+
+
+def _served_version(value: object) -> int | None:
+    """The version the home's policy server says answered (its extra ``policy`` field), else None."""
+    version = value.get("version") if isinstance(value, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rl_assets.domain.agent import Rollout
-from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.experiment import LOCAL_POLICY_MODEL, ExperimentConfig
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.judge_rubric import JudgeRubric
 from rl_assets.domain.models import Policy, Trajectory, TrialSpec, Verdict
@@ -23,7 +23,7 @@ from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.transcripts import Usage
 from rl_assets.tasks.snapshot import snapshot_task
 from rl_assets.tasks.task import Task
-from rl_assets.workloads.harbor.agent import AgentLimits, ChatAgent
+from rl_assets.workloads.harbor.agent import AgentLimits, ChatAgent, final_answer
 from rl_assets.workloads.harbor.client import JUDGE_KEY_ENV, ChatClient, ChatEndpoint
 from rl_assets.workloads.harbor.judge import LLMJudge
 from rl_assets.workloads.seams import Attempt, Environment
@@ -46,19 +46,43 @@ class TaskAgent:
 
     def rollout(self, environment: Environment, spec: TrialSpec, policy: Policy, attempt: Attempt) -> Rollout:
         config = attempt.config
-        if config.policy_url is None or config.policy_model is None:
-            raise ValueError(f"experiment {config.name} names no policy server")
         task = environment.task(spec.world_id)
         task_timeout_s = task.config.agent.timeout_sec or attempt.timeout_s
         limits = AgentLimits(max_turns=spec.max_turns, timeout_s=min(task_timeout_s, attempt.timeout_s))
-        endpoint = ChatEndpoint(base_url=config.policy_url, model=config.policy_model)
+        endpoint, key, seed = _policy_endpoint(config, spec, policy, attempt)
         with (
-            ChatClient(endpoint, on_answer=lambda a: attempt.on_model_call(endpoint.model, a.turn.usage)) as client,
+            ChatClient(
+                endpoint, on_answer=lambda a: attempt.on_model_call(endpoint.model, a.turn.usage), api_key=key
+            ) as client,
             environment.task_session(spec.world_id, config.name, spec.trial_id, attempt.attempt_id, task) as session,
         ):
-            transcript = ChatAgent(limits).run(task.instruction, client, session)
-            outcome = session.verify()
+            transcript = ChatAgent(limits).run(task.instruction, client, session, seed=seed)
+            outcome = session.verify(final_answer(transcript))
         return Rollout(turns=[], answer="", files_written=[], transcript=transcript, verifier=outcome)
+
+
+def _policy_endpoint(
+    config: ExperimentConfig, spec: TrialSpec, policy: Policy, attempt: Attempt
+) -> tuple[ChatEndpoint, str | None, int | None]:
+    """The server a trial's agent asks, the key it presents (None: from the environment), its sampling seed.
+
+    ``--policy local``: the home's policy server, asked for the trial's parent policy by version (it refuses
+    a stale one), sampling seeded by the trial id, so every sample of a task explores on its own and an
+    attempt asked again gets the same answers. Otherwise the experiment's ``--policy-url``.
+    """
+    if config.policy == "local":
+        if attempt.policy_server is None:
+            raise ValueError(f"experiment {config.name} is served by the home's policy server; none was given")
+        address = attempt.policy_server()
+        endpoint = ChatEndpoint(
+            base_url=address.base_url,
+            model=LOCAL_POLICY_MODEL,
+            policy={"experiment": config.name, "version": policy.version},
+        )
+        return endpoint, address.api_key, int(content_hash({"trial": spec.trial_id})[:8], 16)
+    if config.policy_url is None or config.policy_model is None:
+        raise ValueError(f"experiment {config.name} names no policy server")
+    return ChatEndpoint(base_url=config.policy_url, model=config.policy_model), None, None
 
 
 @dataclass(frozen=True)
