@@ -5,9 +5,21 @@ a kubeconfig as in a real deployment: the fork is a PVC cloned from the world's 
 pod is created (and schema-checked) and deleted, and every command goes through the real client's
 ``stream(connect_get_namespaced_pod_exec, ...)`` over a websocket speaking ``v4.channel.k8s.io``.
 The fake's "container" is bubblewrap over this machine's system directories with the pod's volumes
-bound where the pod spec mounts them (a stand-in: the task's image is not pulled). Not shown here:
-that a real kubelet and runtime exec the same way, that a CNI enforces the task NetworkPolicies
-(deploy/README.md's cluster run covers both).
+bound where the pod spec mounts them (a stand-in: the task's image is not pulled; the tests check
+which image the created pod names). A task world is built by the store into the directory the fake
+keeps for the build pod's volume, and the fake's snapshot of that directory is what forks clone.
+
+Not shown here, nor by any other automated test yet:
+
+- that a real kubelet and container runtime exec the same way;
+- that the verifier's killing of the agent's leftover processes works: the fake gives every exec a
+  fresh pid namespace, so nothing an exec starts outlives it and there is nothing left to kill (in
+  a real pod a background process of the agent's would survive until the verifier kills it);
+- that a CNI enforces the task NetworkPolicies (tests/test_k8s_security.py evaluates them from the
+  manifests only), or that a CSI driver snapshots and clones a task world.
+
+deploy/README.md's cluster run (tests/test_real_cluster.py) runs the reference experiment only, no
+Harbor task, so it covers none of these for task pods.
 """
 
 from __future__ import annotations
