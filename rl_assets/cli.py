@@ -439,7 +439,8 @@ def cmd_tasks_check(args: argparse.Namespace) -> int:
     for line in result.table():
         print(line)
     for refusal in result.refusals:
-        print(f"refused locally (runs on Kubernetes with its image): {refusal}")
+        for line in refusal.lines():
+            print(line)
     for problem in [*result.problems, *result.failures]:
         print(problem, file=sys.stderr)
     print(result.summary())

@@ -5,16 +5,30 @@ a kubeconfig as in a real deployment: the fork is a PVC cloned from the world's 
 pod is created (and schema-checked) and deleted, and every command goes through the real client's
 ``stream(connect_get_namespaced_pod_exec, ...)`` over a websocket speaking ``v4.channel.k8s.io``.
 The fake's "container" is bubblewrap over this machine's system directories with the pod's volumes
-bound where the pod spec mounts them (a stand-in: the task's image is not pulled). Not shown here:
-that a real kubelet and runtime exec the same way, that a CNI enforces the task NetworkPolicies
-(deploy/README.md's cluster run covers both).
+bound where the pod spec mounts them (a stand-in: the task's image is not pulled; the tests check
+which image the created pod names). A task world is built by the store into the directory the fake
+keeps for the build pod's volume, and the fake's snapshot of that directory is what forks clone.
+
+Not shown here, nor by any other automated test yet:
+
+- that a real kubelet and container runtime exec the same way;
+- that the verifier's killing of the agent's leftover processes works: the fake gives every exec a
+  fresh pid namespace, so nothing an exec starts outlives it and there is nothing left to kill (in
+  a real pod a background process of the agent's would survive until the verifier kills it);
+- that a CNI enforces the task NetworkPolicies (tests/test_k8s_security.py evaluates them from the
+  manifests only), or that a CSI driver snapshots and clones a task world.
+
+deploy/README.md's cluster run (tests/test_real_cluster.py) runs the reference experiment only, no
+Harbor task, so it covers none of these for task pods.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import stat
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -26,16 +40,18 @@ from kubernetes import client
 from kubernetes.config import kube_config
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.kubernetes.names import NETWORK_LABEL, world_snapshot_name
+from rl_assets.kubernetes.names import NETWORK_LABEL, world_build_claim_name, world_snapshot_name
 from rl_assets.kubernetes.pod_exec import CappedOutput
 from rl_assets.kubernetes.pod_specs import POD_NAME_ENV, POD_UID_ENV, trial_step_k8s_config
 from rl_assets.kubernetes.task_pods import PodOwner, task_image, task_pod
+from rl_assets.resources import k8s_world_store
 from rl_assets.resources.k8s_world_store import K8sWorldStoreResource
 from rl_assets.sandbox.task_shell import OUTPUT_BYTES
 from rl_assets.tasks.locality import BUILD_AND_PUSH
 from rl_assets.tasks.snapshot import TaskSetError, record_task_set, with_recorded_task_set
 from rl_assets.tasks.task import load_task
 from rl_assets.tasks.verifier import RewardFileMissing, RewardFileUnsafe, VerifierTimeout
+from rl_assets.worlds import tree_hash
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 NS = "rl-assets"
@@ -251,6 +267,24 @@ def test_commands_run_in_the_pod_through_exec_with_exit_codes_output_state_and_t
     assert all(pod_name == pod for pod_name, _ in api.execs)
 
 
+def test_a_task_naming_a_docker_image_runs_in_a_pod_on_that_image_and_a_plain_task_on_the_deployments(
+    api, store, tmp_path
+):
+    source = tmp_path / "set"
+    image = f'\n[environment]\ndocker_image = "{PYTHON_TASK_IMAGE}"\n'
+    make_task(source, "pulled", toml=image, files={"seed.txt": "pulled\n"})
+    make_task(source, "plain", files={"seed.txt": "plain\n"})
+    for name, expected in (("pulled", PYTHON_TASK_IMAGE), ("plain", IMAGE)):
+        world_id = sealed_world(api, store, source, name)
+        with open_session(store, world_id) as session:
+            (pod,) = api.names("Pod")
+            assert api.get("Pod", pod)["spec"]["containers"][0]["image"] == expected
+            assert session.run("cat seed.txt", 10).output == f"{name}\n", "the task's own world in its pod"
+    created = [call.body["spec"]["containers"][0]["image"] for call in api.calls_of("POST", "Pod")]
+    assert created == [PYTHON_TASK_IMAGE, IMAGE]
+    assert api.names("Pod") == []
+
+
 def test_a_command_is_killed_at_its_timeout_and_its_output_capped(api, store, tmp_path):
     make_task(tmp_path / "set", "slow")
     world_id = sealed_world(api, store, tmp_path / "set", "slow")
@@ -331,6 +365,68 @@ def test_the_pod_and_fork_are_deleted_when_the_trial_fails_and_a_killed_attempts
     with open_session(store, world_id, attempt=3) as session:
         assert orphan not in api.names("Pod") and session.run("true", 5).exit_code == 0
     assert api.names("Pod") == []
+
+
+class MemorySeals:
+    """The seal store (Postgres on a cluster, :class:`~rl_assets.stores.world_seals.WorldSeals`) in memory."""
+
+    def __init__(self) -> None:
+        self.seals: dict[str, tuple[str, str]] = {}
+
+    @contextmanager
+    def building(self, world_id: str) -> Iterator[None]:
+        yield
+
+    def get(self, world_id: str) -> str | None:
+        return self.seals[world_id][0] if world_id in self.seals else None
+
+    def record(self, world_id: str, content_hash: str, snapshot: str) -> None:
+        self.seals.setdefault(world_id, (content_hash, snapshot))
+
+
+def test_a_task_world_is_built_at_the_root_of_the_build_volume_so_its_pod_finds_it_at_the_workdir(
+    api, store, tmp_path, monkeypatch
+):
+    source = tmp_path / "set"
+    task_dir = make_task(source, "built", files={"notes.txt": "seed\n"})
+    (task_dir / "environment" / "src").mkdir()
+    (task_dir / "environment" / "src" / "app.py").write_text("print('hi')\n")
+    world_id = record_task_set(source, Path(store.home) / "tasks", on_kubernetes=True)["built"]
+    recorded = Path(store.home) / "tasks" / world_id / "environment"
+    build_pod = "dagster-run-0123abcd-x7k2p"
+    claim = world_build_claim_name(build_pod)  # the run worker's ephemeral volume, mounted at WORLD_MOUNT
+    api.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound"},
+        }
+    )
+    volume = api.storage / "pvcs" / claim
+    (volume / ".build-0dead").mkdir(parents=True)
+    (volume / "partial.txt").write_text("a crashed build's\n")
+    monkeypatch.setattr(k8s_world_store, "WORLD_MOUNT", str(volume))
+    monkeypatch.setenv(POD_NAME_ENV, build_pod)
+    seals = MemorySeals()
+    monkeypatch.setattr(k8s_world_store, "_seals", lambda: nullcontext(seals))
+
+    digest, built = store.ensure_built(world_id)
+    assert built and digest == tree_hash(recorded), "the seal is the hash of the task's environment/ files"
+    assert seals.seals == {world_id: (digest, world_snapshot_name(world_id))}
+    files = sorted(p.relative_to(volume).as_posix() for p in volume.rglob("*"))
+    assert files == ["notes.txt", "src", "src/app.py"], "at the volume's root: no staging directory, no leftover"
+    assert not (recorded / "notes.txt").stat().st_mode & stat.S_IWUSR, "the home's snapshot is read-only"
+    assert (volume / "notes.txt").stat().st_mode & stat.S_IWUSR, "the world's files are the agent's to edit"
+    (snapshot,) = api.calls_of("POST", "VolumeSnapshot")
+    assert snapshot.body["spec"]["source"] == {"persistentVolumeClaimName": claim}
+    assert store.ensure_built(world_id) == (digest, False), "sealed: not built again"
+
+    with open_session(store, world_id) as session:
+        seen = session.run("pwd; find . -type f | sort; cat src/app.py; echo more >> notes.txt && cat notes.txt", 10)
+    assert (seen.exit_code, seen.output) == (0, "/app\n./notes.txt\n./src/app.py\nprint('hi')\nseed\nmore\n")
+    assert (api.storage / "snapshots" / world_snapshot_name(world_id) / "notes.txt").read_text() == "seed\n"
 
 
 def test_capped_output_keeps_head_and_tail_across_frames():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rl_assets.tasks.config import TaskConfig
-from rl_assets.tasks.locality import LocalFit, local_fit
+from rl_assets.tasks.locality import BUILD_AND_PUSH, LocalFit, local_fit
 from rl_assets.tasks.task import InvalidTaskError, load_task, task_dirs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
@@ -272,6 +272,13 @@ def test_a_network_needing_task_is_told_there_is_none_locally(tmp_path):
         (lambda p: (p / "task.toml").write_text("[environment]\ndocker_image = 'a/b:1'\n"), "docker_image 'a/b:1'"),
         (
             lambda p: [
+                (p / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n"),
+                (p / "task.toml").write_text("[environment]\ndocker_image = 'a/b:1'\n"),
+            ],
+            "on Kubernetes the task runs on its [environment] docker_image 'a/b:1'",
+        ),
+        (
+            lambda p: [
                 (p / "task.toml").write_text("[environment]\nos = 'windows'\n"),
                 (p / "tests" / "test.bat").touch(),
             ],
@@ -391,7 +398,29 @@ def test_cli_names_each_problem_of_a_bad_set_and_exits_1(tmp_path):
         ]
     )
     assert "rl-assets/create-file" in proc.stdout and "1 invalid" in proc.stdout
-    assert "refused locally (runs on Kubernetes with its image): docker: environment/Dockerfile" in proc.stdout
+    refused = [line for line in proc.stdout.splitlines() if line.startswith("refused")]
+    assert refused == [
+        "refused locally: docker: environment/Dockerfile: the local sandbox builds no image; build and push the "
+        "image, then set [environment] docker_image to run it on Kubernetes",
+        f"refused on Kubernetes too: docker: {BUILD_AND_PUSH}",
+    ], "a Dockerfile alone runs nowhere: not said to run on Kubernetes"
+
+
+def test_cli_says_a_task_runs_on_kubernetes_only_when_kubernetes_takes_it(tmp_path):
+    make_task(tmp_path, 'schema_version = "1.4"\n[environment]\ndocker_image = "a/b:1"\n', name="pulled")
+    collect = '[[verifier.collect]]\ncommand = "pg_dump app"\nservice = "db"\n'
+    make_task(tmp_path, f'schema_version = "1.4"\n{collect}', name="collects")
+    proc = cli(str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    refused = [line for line in proc.stdout.splitlines() if line.startswith("refused")]
+    assert refused == [
+        "refused locally: collects: [[verifier.collect]]: compose services are not supported (locally or on "
+        "Kubernetes)",
+        "refused on Kubernetes too: collects: [[verifier.collect]]: compose services are not run on Kubernetes yet",
+        "refused locally (runs on Kubernetes with its image): pulled: [environment] docker_image 'a/b:1': the "
+        "local sandbox runs no image; runs on Kubernetes",
+    ]
+    assert proc.stdout.splitlines()[-1].endswith("2 refused locally")
 
 
 def test_cli_refuses_a_dir_that_is_not_one(tmp_path):

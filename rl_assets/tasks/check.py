@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rl_assets.tasks.locality import local_fit
+from rl_assets.tasks.locality import kubernetes_refusals, local_fit
 from rl_assets.tasks.task import InvalidTaskError, Task, load_task, task_dirs
 
 HEADER = ("task", "version", "environment", "verifier timeout", "solution", "reward", "seconds", "notes")
@@ -39,11 +39,32 @@ Oracle = Callable[[Task], OracleRun]
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Why a valid task cannot run in this machine's sandbox, and whether it can run on Kubernetes instead."""
+
+    task: str
+    reasons: tuple[str, ...]
+    """Why not locally (:func:`~rl_assets.tasks.locality.local_fit`)."""
+    kubernetes: tuple[str, ...]
+    """Why not in a task pod either (:func:`~rl_assets.tasks.locality.kubernetes_refusals`); empty: it can."""
+
+    def lines(self) -> list[str]:
+        """One line per reason; "runs on Kubernetes" only when nothing refuses it there."""
+        if not self.kubernetes:
+            return [f"refused locally (runs on Kubernetes with its image): {self.task}: {r}" for r in self.reasons]
+        return [
+            *(f"refused locally: {self.task}: {r}" for r in self.reasons),
+            *(f"refused on Kubernetes too: {self.task}: {r}" for r in self.kubernetes),
+        ]
+
+
+@dataclass(frozen=True)
 class TaskCheck:
     """What checking a task set found: a row per valid task, local refusals, problems and oracle failures."""
 
     rows: list[tuple[str, ...]]
-    refusals: list[str]
+    refusals: list[Refusal]
+    """One per valid task this machine's sandbox cannot run."""
     problems: list[str]
     failures: list[str]
     """One line per task whose solution did not reach reward 1, or whose verifier failed."""
@@ -51,8 +72,11 @@ class TaskCheck:
     ran: int
     unsolved: int
     """Valid tasks without a ``solution/solve.sh``."""
-    refused: int
-    """Valid tasks this machine's sandbox cannot run (each reason is in ``refusals``)."""
+
+    @property
+    def refused(self) -> int:
+        """Valid tasks this machine's sandbox cannot run."""
+        return len(self.refusals)
 
     @property
     def invalid(self) -> int:
@@ -85,10 +109,10 @@ def check_tasks(root: Path, oracle: Oracle) -> TaskCheck:
     """Validate every task directory of ``root`` (or ``root`` itself, if it is one task); run each solution."""
     dirs = task_dirs(root)
     rows: list[tuple[str, ...]] = []
-    refusals: list[str] = []
+    refusals: list[Refusal] = []
     problems: list[str] = []
     failures: list[str] = []
-    ran = unsolved = refused = 0
+    ran = unsolved = 0
     for path in dirs:
         try:
             task = load_task(path)
@@ -96,8 +120,8 @@ def check_tasks(root: Path, oracle: Oracle) -> TaskCheck:
             problems.extend(err.problems)
             continue
         fit = local_fit(task)
-        refusals.extend(f"{task.name}: {reason}" for reason in fit.refusals)
-        refused += not fit.runs_locally
+        if not fit.runs_locally:
+            refusals.append(Refusal(task.name, fit.refusals, kubernetes_refusals(task)))
         notes = list(fit.ignored)
         reward = seconds = "-"
         if not task.has_solution:
@@ -125,4 +149,4 @@ def check_tasks(root: Path, oracle: Oracle) -> TaskCheck:
                 "; ".join(notes) or "-",
             )
         )
-    return TaskCheck(rows, refusals, problems, failures, len(dirs), ran, unsolved, refused)
+    return TaskCheck(rows, refusals, problems, failures, len(dirs), ran, unsolved)

@@ -4,7 +4,8 @@ Harbor's schema describes containers on a provider; the local sandbox (bubblewra
 machine's own read-only system directories, the world as the working directory, no network, its
 own fixed resource limits) is narrower. A setting it cannot honour is either harmless to ignore
 (listed, so nobody believes it applied) or changes what the task is (an image to build or pull, a
-second container, Windows): such a task is refused locally and runs on Kubernetes with its image.
+second container, Windows): such a task is refused locally. Only one that names a pushed image
+(``[environment] docker_image``) runs on Kubernetes instead; the rest are refused there too.
 
 On Kubernetes (:func:`kubernetes_refusals`) a task runs in a pod of its own on its ``docker_image``
 (a task of plain files on the deployment's image); what is refused there is what that pod cannot
@@ -65,19 +66,28 @@ def local_fit(task: Task) -> LocalFit:
 def _refusals(task: Task) -> list[str]:
     config, reasons = task.config, []
     kind = task.environment_kind
+    image = config.environment.docker_image
     if kind == "compose":
         name = next(f for f in COMPOSE_FILES if f in task.environment_files)
-        reasons.append(f"environment/{name}: a multi-container environment runs on Kubernetes only")
+        reasons.append(f"environment/{name}: a multi-container environment is not supported (locally or on Kubernetes)")
+    elif kind == "dockerfile" and not image:
+        reasons.append(
+            "environment/Dockerfile: the local sandbox builds no image; build and push the image, then set "
+            "[environment] docker_image to run it on Kubernetes"
+        )
     elif kind == "dockerfile":
-        reasons.append("environment/Dockerfile: an image build runs on Kubernetes only, with the built image")
+        reasons.append(
+            f"environment/Dockerfile: the local sandbox runs no image; on Kubernetes the task runs on its "
+            f"[environment] docker_image {image!r}"
+        )
     elif kind == "image":
-        reasons.append(f"[environment] docker_image {config.environment.docker_image!r}: runs on Kubernetes only")
+        reasons.append(f"[environment] docker_image {image!r}: the local sandbox runs no image; runs on Kubernetes")
     if config.environment.os != "linux":
         reasons.append(f"[environment] os {config.environment.os!r}: the local sandbox is Linux")
     if config.verifier.separate:
-        reasons.append("[verifier] a separate verifier environment runs on Kubernetes only")
+        reasons.append("[verifier] a separate verifier environment is not supported (locally or on Kubernetes)")
     if config.verifier.collect:
-        reasons.append("[[verifier.collect]]: compose services run on Kubernetes only")
+        reasons.append("[[verifier.collect]]: compose services are not supported (locally or on Kubernetes)")
     if config.steps:
         reasons.append("[[steps]]: multi-step tasks are not supported yet")
     return reasons

@@ -8,11 +8,12 @@ deterministically: a PVC is Bound, a snapshot ready, a pod finished after a
 set number of reads, and a deleted object is gone after a set number more.
 Nothing is timed, so tests never sleep.
 
-With ``storage`` set it also stands in for volumes and containers: a PVC cloned from
-a snapshot gets a directory holding the snapshot's contents (``snapshot_contents``),
-a pod's empty volumes get directories, and the pods/exec endpoint runs commands
-in them over the real websocket protocol (:mod:`fakes.kube_exec`). Pods of the
-``running_tiers`` (task pods) go Running and stay so until deleted.
+With ``storage`` set it also stands in for volumes and containers: a snapshot taken of a
+PVC keeps a copy of that PVC's directory, a PVC cloned from a snapshot gets a directory holding
+the snapshot's contents (``snapshot_contents``), a pod's empty volumes get directories, and the
+pods/exec endpoint runs commands in them over the real websocket protocol
+(:mod:`fakes.kube_exec`). Pods of the ``running_tiers`` (task pods) go Running and stay so until
+deleted.
 """
 
 from __future__ import annotations
@@ -172,7 +173,15 @@ class FakeKubeApi:
         return self.storage / {"PersistentVolumeClaim": "pvcs", "Pod": "pods"}[kind] / name
 
     def _make_volumes(self, kind: str, obj: dict[str, Any]) -> None:
-        """A clone's contents (a copy of its snapshot's), or a pod's empty volumes."""
+        """A snapshot's contents (a copy of its PVC's), a clone's (its snapshot's), or a pod's empty volumes."""
+        if kind == "VolumeSnapshot":
+            claim = obj["spec"]["source"].get("persistentVolumeClaimName")
+            source = self.storage / "pvcs" / claim if claim else None
+            if source is not None and source.is_dir():
+                contents = self.storage / "snapshots" / obj["metadata"]["name"]
+                shutil.copytree(source, contents, symlinks=True)
+                self.snapshot_contents[obj["metadata"]["name"]] = contents
+            return
         target = self._volume_dir(kind, obj["metadata"]["name"])
         if kind == "PersistentVolumeClaim":
             source = self.snapshot_contents.get((obj["spec"].get("dataSource") or {}).get("name", ""))
