@@ -109,6 +109,18 @@ def cost_of(usage: list[ModelUsage], table: PriceTable) -> dict[str, Any]:
     return {**cost, "usd": round(usd, 6), "unpriced_models": sorted(set(unpriced))}
 
 
+def _weights(stores: Stores, policy: Policy) -> dict[str, Any]:
+    """The final weights: the bandit's priors, or a language model's checkpoint directory, hash and size."""
+    if policy.lm is None:
+        return {w: [round(x, PRIOR_DECIMALS) for x in p] for w, p in sorted(policy.priors.items())}
+    checkpoint = policy.lm.checkpoint
+    return {
+        "checkpoint": None if checkpoint is None else str(stores.artifacts.root / "models" / checkpoint),
+        "policy_hash": policy.content_hash,
+        "parameters": policy.lm.parameters,
+    }
+
+
 def experiment_result(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
     """The JSON object of ``rl-assets train --json`` (and, for task experiments, each trial and the bill)."""
     policy = final_policy(stores, config)
@@ -127,7 +139,7 @@ def experiment_result(stores: Stores, config: ExperimentConfig) -> dict[str, Any
             }
             for r in step_results(stores, config)
         ],
-        "weights": {w: [round(x, PRIOR_DECIMALS) for x in p] for w, p in sorted(policy.priors.items())},
+        "weights": _weights(stores, policy),
         "counts": stores.attempts.counts(config.name),
     }
     if config.tasks is not None:
