@@ -161,6 +161,7 @@ def test_report_finds_a_damaged_reward_status_reads_summaries_and_both_leave_it_
 
     status = json.loads(run_cli(home, "status", "--experiment", NAME, "--json").stdout)
     report = json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
+    text = run_cli(home, "report", "--experiment", NAME).stdout
 
     assert [s["mean_reward"] for s in status["steps"]] == [s["mean_reward"] for s in trained["steps"]], (
         "status shows the summaries written when the steps trained, without reading every reward"
@@ -168,6 +169,9 @@ def test_report_finds_a_damaged_reward_status_reads_summaries_and_both_leave_it_
     broken = [c for c in report["checks"] if not c["passed"]]
     assert {c["unit"] for c in broken} == {f"{NAME}/s0|{slot}", f"{NAME}/s0"}, "the reward, and the step it trained"
     assert any(f"the reward record of s0-{slot} is damaged" in c["detail"] for c in broken), broken
+    # A person reading the text report sees the failure on a line of its own, with its unit and rubric.
+    failed_line = f"  check failed  reward_in_range {NAME}/s0|{slot} (v1): s0-{slot}: the reward record is damaged ("
+    assert any(line.startswith(failed_line) for line in text.splitlines()), text
     assert reward.read_bytes() == damaged, "a read path leaves the record where and as it is"
     assert not list((home / "quarantine" / "rewards").rglob(f"{slot}.json.*"))
     assert f"{NAME}/s0|{slot}" not in stores.damage.open_keys("trial"), "and opens no damage"

@@ -4,6 +4,9 @@ The page is written by the CLI, as a user runs it; the test decodes its
 embedded images (real PNGs), and finds in it the numbers ``report --json``
 gives: each line's per-step mean reward, the checks and the judge calls.
 Without matplotlib the flag is refused on one line, before any work.
+
+With ``RL_ASSETS_SCREENSHOTS=DIR`` the page's first image (the mean reward curves) is also saved as
+``DIR/curves.png``, the README's picture of them, as ``tests/test_ui_browser.py`` saves its views.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ FIELDS = dict(steps=2, worlds=2, prompts=2, samples=1)
 CONFIG = ExperimentConfig(name=NAME, **FIELDS)
 RESCORED = "v2-efficiency"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+SCREENSHOTS_ENV = "RL_ASSETS_SCREENSHOTS"
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +54,9 @@ def test_report_html_holds_the_curves_as_images_the_learning_tables_the_checks_a
         width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")  # the IHDR chunk
         assert (width, height) == (640, 360)
     assert "src='http" not in page and "<script" not in page, "self-contained"
+    if directory := os.environ.get(SCREENSHOTS_ENV):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        (Path(directory) / "curves.png").write_bytes(base64.b64decode(images[0][1]))
 
     report = json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
     lines = [

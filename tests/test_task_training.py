@@ -11,6 +11,9 @@ from pathlib import Path
 
 import dagster as dg
 
+from rl_assets.domain.transcript_markdown import MESSAGE_CHARS
+from rl_assets.home import Home
+from rl_assets.services.daemon import LocalDaemon
 from rl_assets.testing.example_solutions import (
     JUDGE_MODEL,
     JUDGE_SCORES,
@@ -109,21 +112,55 @@ Grade it $scale. Answer {{"score": <0 to 1>}}.
 """
 
 
-def test_an_llm_judge_is_paid_once_per_trajectory_and_rescoring_calls_no_policy(home, tmp_path):
-    with ServedModel(script(), tmp_path) as server:
-        judge = ("--judge-url", server.base_url, "--judge-model", JUDGE_MODEL)
-        judged = _train(home, "tasks-judged", server, *judge, steps=1)
-        after_training = server.stats()["answered"]
-        rubric = tmp_path / "strict-judge.toml"
-        rubric.write_text(STRICT_RUBRIC)
-        run_cli(home, "rubrics", "--add", str(rubric))
-        rescored = json.loads(
-            run_cli(home, "rescore", "--experiment", "tasks-judged", "--rubric", "strict-judge", "--json").stdout
+POLICY_KEY = "sk-policy-SENTINEL-c0ffee5e"
+JUDGE_KEY = "sk-judge-SENTINEL-c0ffee5e"
+KEYS = {"RL_ASSETS_POLICY_API_KEY": POLICY_KEY, "RL_ASSETS_JUDGE_API_KEY": JUDGE_KEY}
+
+
+def _materializations(instance, asset: str, partitions: list[str]) -> list[dg.AssetMaterialization]:
+    """Every materialization of ``asset`` in ``partitions``, oldest first."""
+    found, cursor = [], None
+    while True:
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=partitions),
+            limit=100,
+            cursor=cursor,
+            ascending=True,
         )
-        after_rescoring = server.stats()["answered"]
-        fork = ("fork", "--from", "tasks-judged", "--experiment", "tasks-fork", "--rubric", "strict-judge")
-        forked = json.loads(run_cli(home, *fork, "--json").stdout)
-        after_forking = server.stats()["answered"]
+        found += [r.asset_materialization for r in page.records]
+        if not page.has_more:
+            return found
+        cursor = page.cursor
+
+
+def test_an_llm_judge_is_paid_once_per_trajectory_and_rescoring_calls_no_policy(home, instance, tmp_path):
+    # The runs' model calls are made by run workers the home's daemon forks, in the environment of the command
+    # that started it: stopped here, it is started by this test's `train`, with the keys; stopped after, so
+    # later tests start one without them.
+    daemon = LocalDaemon(Home(home))
+    daemon.stop()
+    try:
+        with ServedModel(script(), tmp_path) as server:
+            judge = ("--judge-url", server.base_url, "--judge-model", JUDGE_MODEL)
+            train = ("train", "--experiment", "tasks-judged", "--tasks", str(EXAMPLES), "--policy-url")
+            train += (server.base_url, "--policy-model", POLICY_MODEL, "--steps", "1", "--samples", "2")
+            procs = [run_cli(home, *train, "--max-turns", "8", *judge, "--json", env=KEYS)]
+            judged = json.loads(procs[-1].stdout)
+            after_training = server.stats()["answered"]
+            rubric = tmp_path / "strict-judge.toml"
+            rubric.write_text(STRICT_RUBRIC)
+            run_cli(home, "rubrics", "--add", str(rubric))
+            rescore = ("rescore", "--experiment", "tasks-judged", "--rubric", "strict-judge", "--json")
+            procs.append(run_cli(home, *rescore, env=KEYS))
+            rescored = json.loads(procs[-1].stdout)
+            after_rescoring = server.stats()["answered"]
+            fork = ("fork", "--from", "tasks-judged", "--experiment", "tasks-fork", "--rubric", "strict-judge")
+            procs.append(run_cli(home, *fork, "--json", env=KEYS))
+            forked = json.loads(procs[-1].stdout)
+            after_forking = server.stats()["answered"]
+            bearers = server.stats()["bearers"]
+    finally:
+        daemon.stop()
     assert judged["rubric"] == "task-done"
     trials = judged["trials"]
     assert all(t["judge_score"] == JUDGE_SCORES[t["task"]] for t in trials)
@@ -140,6 +177,38 @@ def test_an_llm_judge_is_paid_once_per_trajectory_and_rescoring_calls_no_policy(
     assert after_forking[POLICY_MODEL] == after_training[POLICY_MODEL]
     assert after_forking[JUDGE_MODEL] == after_rescoring[JUDGE_MODEL] + len(trials)
     assert forked["counts"]["generate_attempts"] == 0 and {t["judge_score"] for t in forked["trials"]} == {0.0}
+    # Each reward carries the judge's reason and the verifier's output, each capped, for the UI.
+    slots = [t["trial_id"].split("-", 1)[1] for t in trials]
+    rewards = _materializations(instance, "rewards", [f"tasks-judged/s0|{slot}" for slot in slots])
+    assert {m.metadata["rubric"].value for m in rewards} == {"task-done", "strict-judge"}
+    for m in rewards:
+        assert 0 < len(m.metadata["judge_reason"].value) <= MESSAGE_CHARS
+        fenced = m.metadata["verifier_output"].value
+        assert fenced.startswith("```\n") and fenced.endswith("\n```")
+        assert len(fenced.removeprefix("```\n").removesuffix("\n```")) <= MESSAGE_CHARS
+    trained = next(
+        m.metadata
+        for m in rewards
+        if m.partition == "tasks-judged/s0|fix-python-function-n0" and m.metadata["rubric"].value == "task-done"
+    )
+    assert trained["judge_reason"].value == "scripted"
+    assert trained["verifier_output"].value == "```\nall cases pass\n\n```"  # what its tests/test_stats.py prints
+    # The keys were sent (the server saw them, and only them) and are recorded nowhere: not in any
+    # materialization of the two experiments, not in what the commands printed.
+    assert bearers == sorted([POLICY_KEY, JUDGE_KEY])
+    recorded = []
+    for name in ("tasks-judged", "tasks-fork"):
+        steps = [f"{name}/s0"]
+        recorded += _materializations(instance, "trajectories", [f"{name}/s0|{slot}" for slot in slots])
+        recorded += _materializations(instance, "rewards", [f"{name}/s0|{slot}" for slot in slots])
+        recorded += _materializations(instance, "weights", steps)
+    kinds = {(m.asset_key.path[0], m.partition.split("/")[0]) for m in recorded}
+    assert kinds == {(a, e) for a in ("trajectories", "rewards", "weights") for e in ("tasks-judged", "tasks-fork")}
+    for m in recorded:
+        for key in (POLICY_KEY, JUDGE_KEY):
+            assert key not in repr(m.metadata), (m.asset_key, m.partition)
+    for proc in procs:
+        assert all(key not in proc.stdout + proc.stderr for key in (POLICY_KEY, JUDGE_KEY))
 
 
 def test_a_weights_rubric_cannot_judge_a_task_experiment(home, tmp_path):

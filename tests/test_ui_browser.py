@@ -4,9 +4,9 @@
 Chromium, headless and driven by Selenium through Debian's chromedriver (given explicitly, so
 Selenium never looks for or downloads a driver), then opens the asset graph, the partition grid of
 trajectories, one trial's transcript (rendered Markdown, compared with the recorded metadata), each
-asset's Checks tab, and the launchpad of ``start_experiment_job`` with its typed defaults. Every
-wait is an explicit condition on the page, with deadlines generous enough for a loaded 2-core
-machine.
+asset's Checks tab (its checks, each succeeded), and the launchpad of ``start_experiment_job`` with
+its typed defaults. Every wait is an explicit condition on the page, with deadlines generous enough
+for a loaded 2-core machine.
 
 With ``RL_ASSETS_SCREENSHOTS=DIR`` each view is also saved as ``DIR/<view>.png``; the README's
 pictures are made so: ``RL_ASSETS_SCREENSHOTS=docs/screenshots pytest tests/test_ui_browser.py``.
@@ -280,12 +280,20 @@ def test_a_trajectory_shows_its_transcript_as_rendered_markdown(browser: WebDriv
     screenshot(browser, "transcript")
 
 
-def test_each_assets_checks_tab_lists_its_checks(browser: WebDriver, ui: UI) -> None:
+def passed_check(name: str) -> str:
+    """A row of the Checks tab's list: the check's name, and under it the status of its latest evaluation."""
+    return f"//div[@title={text_literal(name)}][span]/following-sibling::span[normalize-space()='Succeeded']"
+
+
+def test_each_assets_checks_tab_lists_its_checks_each_succeeded(browser: WebDriver, ui: UI) -> None:
     graph = load_definitions().resolve_asset_graph()
     defined = {asset: {k.name for k in graph.asset_check_keys if k.asset_key == dg.AssetKey(asset)} for asset in ASSETS}
     with_checks = sorted(asset for asset, names in defined.items() if names)
-    for asset in with_checks or ["rewards"]:
+    assert with_checks == ["rewards", "weights", "worlds"]
+    for asset in with_checks:  # worlds last: its tab is the README's picture
         assert check_names_shown(browser, ui, asset) == defined[asset]
+        for name in sorted(defined[asset]):
+            wait_for(browser, present(passed_check(name)), f"the check {name} of {asset} shown as succeeded")
         screenshot(browser, "checks")
 
 

@@ -6,22 +6,27 @@ The boundary to the oracle is here: an experiment's numbers go in, nothing of th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.testing import oracle
 
 
-def run_cli(home: Path, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run ``rl-assets`` as a user would: a separate process, with ``--home``."""
+def run_cli(
+    home: Path, *args: str, check: bool = True, timeout: float = 900, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``rl-assets`` as a user would: a separate process, with ``--home``; ``env`` adds to its environment."""
     proc = subprocess.run(
         [sys.executable, "-m", "rl_assets.cli", *args, "--home", str(home)],
         capture_output=True,
         text=True,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **env} if env is not None else None,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"rl-assets {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
