@@ -48,7 +48,12 @@ from rl_assets.resources import k8s_world_store
 from rl_assets.resources.k8s_world_store import K8sWorldStoreResource
 from rl_assets.sandbox.task_shell import OUTPUT_BYTES
 from rl_assets.tasks.locality import BUILD_AND_PUSH
-from rl_assets.tasks.snapshot import TaskSetError, record_task_set, with_recorded_task_set
+from rl_assets.tasks.snapshot import (
+    LOCAL_POLICY_ON_KUBERNETES,
+    TaskSetError,
+    record_task_set,
+    with_recorded_task_set,
+)
 from rl_assets.tasks.task import load_task
 from rl_assets.tasks.verifier import RewardFileMissing, RewardFileUnsafe, VerifierTimeout
 from rl_assets.worlds import tree_hash
@@ -171,6 +176,14 @@ def test_image_tasks_run_on_kubernetes_only_and_plain_tasks_on_both(tmp_path):
     assert "environment/Dockerfile" in str(local.value) and "docker_image" in str(local.value)
     examples = with_recorded_task_set(_config(EXAMPLES), tmp_path / "examples", on_kubernetes=True)
     assert sorted(examples.task_worlds) == ["create-file", "edit-config", "fix-python-function", "hidden-test"]
+
+
+def test_a_local_policy_is_refused_on_kubernetes_naming_what_serves_instead(tmp_path):
+    config = ExperimentConfig(name="k", tasks=str(EXAMPLES), policy="local", trainer="grpo", model="tiny", lr=0.1)
+    with pytest.raises(TaskSetError) as refused:
+        with_recorded_task_set(config, tmp_path / "tasks", on_kubernetes=True)
+    assert str(refused.value) == LOCAL_POLICY_ON_KUBERNETES and "--policy-url" in str(refused.value)
+    assert with_recorded_task_set(config, tmp_path / "tasks").task_worlds, "locally it is recorded"
 
 
 @pytest.mark.parametrize(

@@ -314,6 +314,14 @@ def test_cli_checks_the_example_set_and_every_solution_reaches_reward_1():
     assert cli(str(EXAMPLES / "hidden-test")).returncode == 0  # one task directory is a set of one
 
 
+def test_the_learnable_set_is_graded_on_the_agents_final_answer():
+    """``examples/learnable``'s verifiers read ``/logs/agent/answer.txt``: the oracle's printed answer scores 1."""
+    learnable = EXAMPLES.parent / "learnable"
+    proc = cli(str(learnable))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "2 valid, 0 invalid task(s); oracle: 2 of 2 solution(s) reach reward 1"
+
+
 @pytest.mark.parametrize(
     "breakage, failure",
     [

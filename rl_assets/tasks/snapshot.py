@@ -106,10 +106,18 @@ def _writable_then_retry(func, path, _exc) -> None:
     func(path)
 
 
+LOCAL_POLICY_ON_KUBERNETES = (
+    "--policy local is served beside a local home, not on Kubernetes: serve the policy with vLLM and give "
+    "--policy-url and --policy-model"
+)
+
+
 def with_recorded_task_set(config: ExperimentConfig, snapshots: Path, on_kubernetes: bool = False) -> ExperimentConfig:
     """``config`` with its task set recorded (an absolute source path and each task's world); others unchanged."""
     if config.tasks is None:
         return config
+    if on_kubernetes and config.policy == "local":
+        raise TaskSetError(LOCAL_POLICY_ON_KUBERNETES)
     source = Path(config.tasks).expanduser().resolve()
     worlds = record_task_set(source, snapshots, on_kubernetes)
     try:
