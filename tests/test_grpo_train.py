@@ -1,10 +1,10 @@
-"""``rl-assets train --trainer grpo --model tiny`` end to end on the example tasks.
+"""``rl-assets train --trainer grpo --model tiny`` end to end on the example tasks, answered by another server.
 
-The agent is still answered by the stand-in model server (serving the trained checkpoint is the second
-half of the GRPO issue), so the policy that acts is not the one trained: this shows the durable loop
-around the trainer (rollouts, verifier, the ledgered GRPO step in the actor, checkpoints chained step to
-step), with the stand-in's transcripts re-tokenized and trained by REINFORCE, as the stats say. The same trained
-experiment (trained once, a module fixture) is then exported for SkyRL with ``rl-assets export``.
+The agent is answered by the stand-in model server (``--policy-url``), not by the trained model (that is
+``--policy local``: ``tests/test_policy_server.py``), so this shows the durable loop around the trainer
+with another server's transcripts: rollouts, verifier, the ledgered GRPO step in the actor, checkpoints
+chained step to step, the transcripts re-tokenized and trained by REINFORCE, as the stats say. The same
+trained experiment (trained once, a module fixture) is then exported for SkyRL with ``rl-assets export``.
 """
 
 from __future__ import annotations

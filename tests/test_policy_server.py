@@ -13,7 +13,9 @@ the home's policy server from the previous step's checkpoint (a module fixture, 
 - **the version contract**: the server refuses a stale version (410), a version not trained yet (404), a
   caller without the home's key (401), and answers a seed alike twice;
 - **a killed server changes nothing**: a second experiment of the same config whose server is SIGKILLed
-  mid-rollout ends on the same checkpoint, byte for byte (its attempts restart the server).
+  mid-rollout of its second step ends that step on the same checkpoint, byte for byte (its attempts
+  restart the server);
+- **the rollouts export for SkyRL with their sampling logprobs**, lengths lined up as SkyRL's validator wants.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import pytest
 
 from rl_assets.home import Home
 from rl_assets.services.policy_server import LocalPolicyServer
-from rl_assets.testing.expectations import train_json
+from rl_assets.testing.expectations import run_cli, train_json
+from rl_assets.testing.skyrl_validator import validate_generator_output
 from rl_assets.workloads.grpo import checkpoint
 
 TASK = Path(__file__).resolve().parents[1] / "examples" / "learnable" / "lowercase-letters"
@@ -125,7 +128,7 @@ def test_a_server_killed_mid_rollout_leaves_the_checkpoint_byte_identical(traine
     killed = f"{NAME}-killed"
     server = LocalPolicyServer(Home(home))
     train = subprocess.Popen(
-        [sys.executable, "-m", "rl_assets.cli", "train", "--experiment", killed, "--steps", "3", *CONFIG]
+        [sys.executable, "-m", "rl_assets.cli", "train", "--experiment", killed, "--steps", "2", *CONFIG]
         + ["--home", str(home)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -142,5 +145,17 @@ def test_a_server_killed_mid_rollout_leaves_the_checkpoint_byte_identical(traine
     assert train.returncode == 0, err[-3000:]
     assert server.ensure_running().pid != victim
     rows = stores.training.steps(killed, RUBRIC)
-    assert [r.step for r in rows] == [0, 1, 2]
-    assert rows[-1].policy_hash == stores.training.get(NAME, RUBRIC, 2).policy_hash
+    assert [r.step for r in rows] == [0, 1]
+    assert rows[-1].policy_hash == stores.training.get(NAME, RUBRIC, 1).policy_hash
+
+
+def test_the_served_rollouts_export_for_skyrl_with_their_sampling_logprobs(trained, home, stores, tmp_path):
+    out = tmp_path / "skyrl.json"
+    run_cli(home, "export", "--experiment", NAME, "--step", "5", "--format", "skyrl", "--out", str(out))
+    output = json.loads(out.read_text())
+    validate_generator_output(SAMPLES, output, step_wise=True)
+    for k in range(SAMPLES):
+        (turn,) = stores.trials.trajectory(NAME, 5, f"lowercase-letters-n{k}").transcript.turns
+        assert output["response_ids"][k] == list(turn.token_ids)
+        assert output["rollout_logprobs"][k] == list(turn.logprobs)
+        assert output["prompt_token_ids"][k] == list(turn.prompt_token_ids)
