@@ -284,6 +284,35 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    _checked(check_experiment_name, args.experiment, "--experiment")
+    home = Home.resolve(args.home)
+    from dagster import DagsterInstance
+
+    from rl_assets.compaction import NotFinishedError, compact
+    from rl_assets.driver.planner import plan
+    from rl_assets.stores.event_compaction import EventCompaction
+
+    stores = _open(home, with_ray=False)
+    config = _existing(stores, args.experiment)
+    with DagsterInstance.get() as instance:
+        if not plan(instance, stores, config).done:
+            raise UsageError(f"experiment {config.name!r} is not finished; finish it with `rl-assets train` first")
+        try:
+            done = compact(instance, EventCompaction(stores.db), home, config.name)
+        except NotFinishedError as err:
+            raise UsageError(str(err)) from None
+    result = {"experiment": config.name, "runs": done.runs, "events_deleted": done.events, "log_bytes": done.log_bytes}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"compacted {config.name}: {done.runs} finished runs, {done.events} step events deleted, "
+            f"{done.log_bytes / 1e6:.1f} MB of run logs deleted"
+        )
+    return 0
+
+
 def cmd_fork(args: argparse.Namespace) -> int:
     _checked(check_experiment_name, args.parent, "--from")
     _checked(check_experiment_name, args.experiment, "--experiment")
@@ -513,6 +542,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flag(fork, FLAGS["--rubric"], required=True, help="rubric of the new experiment")
     fork.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     fork.set_defaults(func=cmd_fork)
+
+    compact_ = with_home(
+        sub.add_parser(
+            "compact",
+            help="delete a finished experiment's step events and run logs; keep its records and materializations",
+        )
+    )
+    _add_flag(compact_, FLAGS["--experiment"], dest="experiment", help="a finished experiment")
+    compact_.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    compact_.set_defaults(func=cmd_compact)
 
     rubrics = with_home(sub.add_parser("rubrics", help="list the rubric registry, or add a rubric file to it"))
     rubrics.add_argument("--add", metavar="FILE", help="a <name>.json rubric to validate and register")

@@ -17,9 +17,9 @@ def _prompt() -> list[int]:
 
 def test_a_seed_samples_the_same_tokens_and_another_seed_others():
     model = build_tiny().eval()
-    first = sample(model, _prompt(), EOS, 24, 1.0, seed=7)
-    assert sample(model, _prompt(), EOS, 24, 1.0, seed=7) == first
-    assert sample(model, _prompt(), EOS, 24, 1.0, seed=8).token_ids != first.token_ids
+    first = sample(model, _prompt(), {EOS}, 24, 1.0, seed=7)
+    assert sample(model, _prompt(), {EOS}, 24, 1.0, seed=7) == first
+    assert sample(model, _prompt(), {EOS}, 24, 1.0, seed=8).token_ids != first.token_ids
     assert len(first.logprobs) == len(first.token_ids) and all(lp <= 0 for lp in first.logprobs)
     assert first.finish_reason == ("stop" if first.token_ids[-1] == EOS else "length")
 
@@ -29,7 +29,7 @@ def test_the_logprobs_are_the_models_own_at_temperature_one():
 
     model = build_tiny().eval()
     prompt = _prompt()
-    got = sample(model, prompt, EOS, 8, 1.0, seed=3)
+    got = sample(model, prompt, {EOS}, 8, 1.0, seed=3)
     with torch.no_grad():
         logits = model(torch.tensor([prompt + list(got.token_ids)])).logits[0]
     full = torch.log_softmax(logits.float(), dim=-1)

@@ -16,14 +16,23 @@ import os
 import select
 import subprocess
 import sys
+from dataclasses import dataclass
 
 from rl_assets.home import Home, HomeError
 from rl_assets.services.private_files import ensure_secret
 from rl_assets.services.processes import Session, file_lock
-from rl_assets.workloads.seams import PolicyAddress
 
 START_TIMEOUT_S = 120.0
 """How long the server may take to import torch and bind its port (a loaded 2-core machine is slow)."""
+
+
+@dataclass(frozen=True)
+class PolicyAddress:
+    """Where the home's policy server answers, and the key it wants."""
+
+    base_url: str
+    api_key: str
+    pid: int
 
 
 def policy_key(home: Home) -> str:

@@ -28,21 +28,13 @@ from rl_assets.domain.models import Policy, Reward, Trajectory, TrialSpec, Verdi
 from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.transcripts import Usage
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout, SandboxRequest
+from rl_assets.services.policy_server import PolicyAddress
 from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.trials import TrialRecords
 from rl_assets.tasks.task import Task
 
 RequestFactory = Callable[[ForkLayout], SandboxRequest]
 """Builds an attempt's sandbox request once its fork exists (the request names the fork)."""
-
-
-@dataclass(frozen=True)
-class PolicyAddress:
-    """Where a policy server answers and the key it wants (the home's own: :mod:`rl_assets.services.policy_server`)."""
-
-    base_url: str
-    api_key: str
-    pid: int
 
 
 @dataclass(frozen=True)

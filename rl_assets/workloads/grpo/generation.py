@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,12 @@ def copy_weights(model: Any, saved: checkpoint.Checkpoint, lm: LanguageModelPoli
             p.copy_(saved.parameters[name])
 
 
+def stop_ids(model: Any) -> frozenset[int]:
+    """The tokens that end the model's turn: its config's ``eos_token_id`` (one id, or several)."""
+    eos = model.config.eos_token_id
+    return frozenset(eos if isinstance(eos, list) else [eos])
+
+
 def load_policy(lm: LanguageModelPolicy, models: Path) -> tuple[Any, ChatTokenizer]:
     """The model ``lm`` is (its base with its checkpoint's weights), in eval mode, and its tokenizer."""
     model, tokenizer = load_base(lm.base)
@@ -57,7 +63,7 @@ class Generated:
 
 
 def sample(
-    model: Any, prompt_ids: Sequence[int], stop_id: int, max_tokens: int, temperature: float, seed: int
+    model: Any, prompt_ids: Sequence[int], stop_ids: Collection[int], max_tokens: int, temperature: float, seed: int
 ) -> Generated:
     """Sample up to ``max_tokens`` tokens after ``prompt_ids`` at ``temperature`` from a generator seeded ``seed``.
 
@@ -75,7 +81,7 @@ def sample(
             token = int(torch.multinomial(dist.exp(), 1, generator=generator))
             ids.append(token)
             logprobs.append(float(dist[token]))
-            if token == stop_id:
+            if token in stop_ids:
                 return Generated(tuple(ids), tuple(logprobs), "stop")
             out = model(torch.tensor([[token]]), cache=out.cache, use_cache=True)
     return Generated(tuple(ids), tuple(logprobs), "length")

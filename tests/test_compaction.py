@@ -1,0 +1,84 @@
+"""``rl-assets compact``: a finished experiment sheds its step events and run logs, and nothing it needs.
+
+A reference experiment is trained, compacted through the CLI, and then read every way it is used:
+its materialized partitions, its asset check evaluations and runs' outcomes (the UI), ``report``
+(every check over the records), and a re-scoring (which reuses every trajectory) all read as before;
+the step events, log lines, captured stdout/stderr and worker logs of its runs are gone; compacting
+again deletes nothing; an unknown or unfinished experiment is refused on one line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from rl_assets.compaction import finished_runs
+from rl_assets.stores.event_compaction import DROPPED, EventCompaction
+from rl_assets.testing.expectations import run_cli, train_json
+
+NAME = "compacted"
+ASSETS = ("worlds", "trajectories", "rewards", "weights")
+
+
+@pytest.fixture(scope="module")
+def trained(home) -> dict:
+    return train_json(home, "--experiment", NAME, "--steps", "2")
+
+
+def _runs(instance) -> list[str]:
+    return [run_id for page in finished_runs(instance, NAME) for run_id in page]
+
+
+def _partitions(instance) -> dict[str, set[str]]:
+    return {a: set(instance.get_materialized_partitions(dg.AssetKey(a))) for a in ASSETS}
+
+
+def _report(home) -> dict:
+    return json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
+
+
+def _compact(home) -> dict:
+    return json.loads(run_cli(home, "compact", "--experiment", NAME, "--json").stdout)
+
+
+def test_compacting_keeps_what_the_ui_report_and_rescoring_read_and_drops_the_rest(home, trained, stores, instance):
+    runs = _runs(instance)
+    events = EventCompaction(stores.db)
+    before = events.events_by_type(runs)
+    assert before.get("ENGINE_EVENT") and before.get("log"), "a run's step chatter is there to compact"
+    partitions, report = _partitions(instance), _report(home)
+    storage = home / "dagster" / "storage"
+    assert any((storage / r).exists() for r in runs) and any((home / "logs" / f"run-{r}.log").exists() for r in runs)
+
+    done = _compact(home)
+    dropped = sum(n for kind, n in before.items() if kind in DROPPED or kind == "log")
+    assert done["runs"] == len(runs) and done["events_deleted"] == dropped and done["log_bytes"] > 0
+
+    after = events.events_by_type(runs)
+    assert not set(after) & {*DROPPED, "log"}
+    # PIPELINE_SUCCESS: a run's success, under its historical name in the event log
+    for kept in (
+        "ASSET_MATERIALIZATION",
+        "ASSET_MATERIALIZATION_PLANNED",
+        "ASSET_CHECK_EVALUATION",
+        "PIPELINE_SUCCESS",
+    ):
+        assert after[kept] == before[kept], kept
+    assert not any((storage / r).exists() for r in runs)
+    assert not any((home / "logs" / f"run-{r}.log").exists() for r in runs)
+    assert _partitions(instance) == partitions
+    assert _report(home) == report
+    assert _compact(home) == {**done, "events_deleted": 0, "log_bytes": 0}, "compacting twice deletes nothing"
+
+    generated = trained["counts"]["generate_attempts"]
+    rescored = json.loads(run_cli(home, "rescore", "--experiment", NAME, "--rubric", "v2-efficiency", "--json").stdout)
+    assert rescored["counts"]["generate_attempts"] == generated, "re-scoring reuses every compacted trajectory"
+    assert [s["trials_ok"] for s in rescored["steps"]] == [s["trials_ok"] for s in trained["steps"]]
+
+
+def test_compact_refuses_an_unknown_experiment_on_one_line(home):
+    proc = run_cli(home, "compact", "--experiment", "no-such-experiment", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("rl-assets: error: --experiment: no experiment named")
