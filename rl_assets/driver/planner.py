@@ -214,23 +214,25 @@ def _materialized(instance: DagsterInstance, asset: str, keys: set[str]) -> set[
     return set(found)
 
 
-def _open_steps(stores: Stores, config: ExperimentConfig, rubric: str, rescoring: bool) -> tuple[list[int], int]:
+def _open_steps(
+    stores: Stores, config: ExperimentConfig, rubric: str, rescoring: bool, damaged: set[str]
+) -> tuple[list[int], int]:
     """(the steps a plan looks at, the training frontier).
 
     Steps are trained in order, so the ledger's frontier ``F`` says that steps ``0..F-1`` were trained with
     every trial settled when the next one opened. A plan looks at the last of them (its weights may not be
     materialized yet), the frontier, every step with open damage, and in a re-scoring every step not yet
-    trained (its judgments run all at once); the others are settled and only counted.
+    trained (its judgments run all at once); the others are settled and only counted. ``damaged``: the open
+    damage keys of trials and steps.
     """
     frontier = stores.training.frontier(config.name, rubric)
     steps = {s for s in (frontier - 1, frontier) if 0 <= s < config.steps}
     if rescoring:
         steps.update(range(frontier, config.steps))
-    for kind in ("trial", "step"):
-        for key in stores.damage.open_keys(kind):
-            experiment, step = parse_step_key(key.split("|")[0])
-            if experiment == config.name and 0 <= step < config.steps:
-                steps.add(step)
+    for key in damaged:
+        experiment, step = parse_step_key(key.split("|")[0])
+        if experiment == config.name and 0 <= step < config.steps:
+            steps.add(step)
     return sorted(steps), frontier
 
 
@@ -244,7 +246,8 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
     """
     scoring = config.scored_with(rubric or config.rubric)
     rescoring = scoring.rubric != config.rubric
-    open_steps, frontier = _open_steps(stores, config, scoring.rubric, rescoring)
+    damaged_trials, damaged_steps = stores.damage.open_keys("trial"), stores.damage.open_keys("step")
+    open_steps, frontier = _open_steps(stores, config, scoring.rubric, rescoring, damaged_trials | damaged_steps)
     runs = UnitRuns(instance, config, scoring.rubric)
     base_tags = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}
     launches: list[Launch] = []
@@ -269,7 +272,6 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
         runs.load(RunsFilter(tags={EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}))
     else:
         runs.load_units([key for s in open_steps for key in (config.step_key(s), *trial_keys[s].values())])
-    damaged_trials = stores.damage.open_keys("trial")
     if rescoring:
         rewarded = {
             key
@@ -282,7 +284,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
         rewarded = _materialized(instance, "rewards", {k for keys in trial_keys.values() for k in keys.values()})
         trained_keys = _materialized(instance, "weights", {config.step_key(s) for s in open_steps})
     rewarded -= damaged_trials
-    trained_keys -= stores.damage.open_keys("step")
+    trained_keys -= damaged_steps
     unit_job = "judge_job" if rescoring else "trial_job"
     failed = stores.attempts.failed_trials(config.name, open_steps)
     steps: list[StepStatus] = []
