@@ -30,6 +30,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from rl_assets.home import Home
@@ -68,6 +69,17 @@ def test_the_tiny_model_learns_the_task_from_its_own_served_rollouts(trained, st
         checkpoint.digest_of({f: (Path(weights["checkpoint"]) / f).read_bytes() for f in checkpoint.FILES})
         == Path(weights["checkpoint"]).name
     )
+
+
+def test_each_weights_materialization_shows_its_checkpoint_and_grpo_stats(trained, stores, instance):
+    config = stores.experiments.get(NAME)
+    for step in range(6):
+        event = instance.get_latest_materialization_event(dg.AssetKey("weights"), partition=config.step_key(step))
+        metadata = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+        policy = stores.checkpoints.load(NAME, RUBRIC, step)
+        assert metadata["checkpoint"] == policy.lm.checkpoint and metadata["parameters"] == policy.lm.parameters
+        assert metadata["objective"] == "clipped-ratio" and metadata["token_source"] == "recorded"
+        assert metadata["loss"] == policy.lm.stats.loss and metadata["samples"] == SAMPLES
 
 
 def test_every_rollout_is_the_parents_and_trains_on_the_servers_own_tokens(trained, stores):

@@ -20,6 +20,7 @@ from rl_assets.assets.rubrics import run_rubric
 from rl_assets.batches import DamagedRecordError, UnsettledTrialError, step_batch
 from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
+from rl_assets.domain.language_model import LanguageModelPolicy
 from rl_assets.domain.models import Reward, TrialSpec
 from rl_assets.invariants import step_findings
 from rl_assets.resources.stores import Stores, StoresResource
@@ -59,6 +60,15 @@ def _training_batch(state: Stores, config: ExperimentConfig, step: int) -> tuple
         raise dg.Failure(str(err), allow_retries=False) from None
 
 
+def _language_model_metadata(lm: LanguageModelPolicy) -> dict[str, Any]:
+    """A GRPO step's checkpoint (the digest of its directory under ``artifacts/models``) and its stats."""
+    metadata: dict[str, Any] = {"checkpoint": lm.checkpoint or "base weights", "parameters": lm.parameters or 0}
+    if lm.stats is not None:
+        stats = lm.stats.model_dump(exclude_none=True)
+        metadata.update({k: v for k, v in stats.items() if k != "groups"})
+    return metadata
+
+
 def _train_step(
     context: dg.AssetExecutionContext, state: Stores, trainer: TrainerResource, config: ExperimentConfig, step: int
 ) -> dict[str, Any]:
@@ -94,6 +104,8 @@ def _train_step(
     if mean_reward is not None:  # plain floats: Dagster plots them across partitions, and JSON carries them
         metadata["mean_reward"] = mean_reward
         metadata["mean_turns"] = mean_turns
+    if policy.lm is not None:  # a language model: its checkpoint and what its GRPO step saw, plotted per step
+        metadata.update(_language_model_metadata(policy.lm))
     for usage in state.model_calls.usage(config.name, step):  # a task experiment's bill for this step
         metadata[f"{usage.role}_calls"] = metadata.get(f"{usage.role}_calls", 0) + usage.calls
         metadata[f"{usage.role}_tokens"] = (
