@@ -62,6 +62,19 @@ class BulkHistory:
                     (partitions[i : i + BATCH], storage_id),
                 )
 
+    def copy_event_with_bodies(self, storage_id: int, bodies: dict[str, str]) -> None:
+        """Copies of the event row ``storage_id``, one per partition, with the partition and the body changed."""
+        items = list(bodies.items())
+        with self.db.transaction() as cur:
+            for i in range(0, len(items), BATCH):
+                batch = items[i : i + BATCH]
+                cur.execute(
+                    "INSERT INTO event_logs (run_id, event, dagster_event_type, timestamp, step_key, asset_key, "
+                    "partition) SELECT run_id, b, dagster_event_type, timestamp, step_key, asset_key, p "
+                    "FROM event_logs, unnest(%s::text[], %s::text[]) AS t(p, b) WHERE id = %s",
+                    ([p for p, _ in batch], [b for _, b in batch], storage_id),
+                )
+
     def add_ledger_steps(self, experiment: str, rubric: str, steps: int, last_hash: str) -> None:
         """Ledger rows for steps ``0..steps-1``: made-up policy hashes, but the last step's, whose checkpoint exists."""
         hashes = [f"h{s}" for s in range(steps)] + [last_hash]

@@ -6,18 +6,23 @@ the driver gives it (experiment, rubric, partition and its dimensions, kind). Ev
 row, its weights materialization and a materialization of each trial's reward; the open step has ``in_flight``
 runs created and not yet started (nothing in the home launches or monitors those). Materializations are copies of
 one real event per asset with the partition changed: what is read of them at scale is the index, not the body.
+The weights' copies (one a step) get their own body too: their step, and the numeric metadata of a trained step as
+its summary row has it (every trial ok, reward 0.5, 3 turns), which the UI plots across partitions by the body's
+partition.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD, trial_partition_key
-from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.resources.stores import Stores
 from rl_assets.stores.bulk_history import BulkHistory, RunRow
 from rl_assets.tags import EXPERIMENT_TAG, KIND_TAG, PARTITION_TAG, RUBRIC_TAG
@@ -38,15 +43,40 @@ def _run(job: str, key: str, tags: dict[str, str], status: dg.DagsterRunStatus) 
     return RunRow(run.run_id, job, status.value, dg.serialize_value(run), key, tags)
 
 
-def _materializations(instance: dg.DagsterInstance, bulk: BulkHistory, asset: str, keys: list[str]) -> None:
-    """Materializations of ``asset`` for ``keys``: the first reported for real, the rest copies of its row."""
+def _materializations(
+    instance: dg.DagsterInstance,
+    bulk: BulkHistory,
+    asset: str,
+    keys: list[str],
+    metadata_of: Callable[[str], dict[str, Any]] | None = None,
+) -> None:
+    """Materializations of ``asset`` for ``keys``: the first reported for real, the rest copies of its row.
+
+    With ``metadata_of``, each copy's body is the first's with its own partition and metadata.
+    """
     if not keys:
         return
-    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=asset, partition=keys[0]))
+    metadata = metadata_of(keys[0]) if metadata_of else None
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=asset, partition=keys[0], metadata=metadata))
     seed = instance.get_latest_storage_id_by_partition(
         dg.AssetKey(asset), dg.DagsterEventType.ASSET_MATERIALIZATION, partitions={keys[0]}
     )[keys[0]]
-    bulk.copy_event(seed, keys[1:])
+    if metadata_of is None:
+        bulk.copy_event(seed, keys[1:])
+        return
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), storage_ids=[seed]), limit=1
+    ).records
+    entry = records[0].event_log_entry
+    event = entry.get_dagster_event()
+    data = event.event_specific_data
+
+    def body(key: str) -> str:
+        materialization = dg.AssetMaterialization(asset_key=asset, partition=key, metadata=metadata_of(key))
+        copy = event._replace(event_specific_data=data._replace(materialization=materialization))
+        return dg.serialize_value(entry._replace(dagster_event=copy))
+
+    bulk.copy_event_with_bodies(seed, {key: body(key) for key in keys[1:]})
 
 
 def write_history(
@@ -91,6 +121,12 @@ def write_history(
     bulk.add_summaries(config.name, config.rubric, trained_steps, len(config.trial_slots()))
     _materializations(instance, bulk, "worlds", config.world_ids)
     _materializations(instance, bulk, "rewards", reward_keys)
-    _materializations(instance, bulk, "weights", [config.step_key(s) for s in range(trained_steps)])
+    trials = len(config.trial_slots())
+
+    def trained(step_key: str) -> dict[str, Any]:
+        step = parse_step_key(step_key)[1]
+        return {"step": step, "trials_planned": trials, "trials_ok": trials, "mean_reward": 0.5, "mean_turns": 3.0}
+
+    _materializations(instance, bulk, "weights", [config.step_key(s) for s in range(trained_steps)], trained)
     bulk.analyze()
     return History(written, trained_steps, min(in_flight, len(config.trial_slots())))
