@@ -16,7 +16,7 @@ import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import ExecutionSettings, Runtime
-from rl_assets.driver.planner import plan
+from rl_assets.driver.planner import RESCORING_WINDOW, plan
 from rl_assets.driver.sensor import ROLLOUT_JOBS, _last_change, partition_requests_of, run_requests_of
 from rl_assets.testing.expectations import run_cli
 from rl_assets.testing.history import History, write_history
@@ -100,3 +100,24 @@ def test_a_driver_tick_fetches_the_open_steps_records_not_the_history(long_exper
     # a bound set by a step's size, while the history holds 50 steps of them.
     bound = 3 * (TRIALS_PER_STEP + 1) + 2 * IN_FLIGHT
     assert counting.total <= bound < history.runs / 10, counting.fetched
+
+
+def test_a_rescoring_tick_looks_at_a_window_of_steps_not_the_rest(long_experiment, instance, stores, monkeypatch):
+    config, history = long_experiment
+    counting = CountingInstance(instance)
+    looked: list[int] = []
+    has_reward = stores.trials.has_reward
+
+    def counted_has_reward(experiment: str, rubric: str, step: int, slot: str) -> bool:
+        looked.append(step)
+        return has_reward(experiment, rubric, step, slot)
+
+    monkeypatch.setattr(stores.trials, "has_reward", counted_has_reward)
+    p = plan(counting, stores, config, rubric="v2-efficiency")
+
+    assert [s.step for s in p.steps] == list(range(RESCORING_WINDOW)) and not p.done
+    assert {launch.job for launch in p.launches} == {"judge_job"}
+    assert len(p.launches) == RESCORING_WINDOW * TRIALS_PER_STEP, "the window's judgments, launched together"
+    assert set(looked) == set(range(RESCORING_WINDOW)) and len(looked) == RESCORING_WINDOW * TRIALS_PER_STEP
+    assert counting.total == 0, counting.fetched  # no run of the re-scoring yet; the first chain's are not read
+    assert RESCORING_WINDOW * TRIALS_PER_STEP < history.runs / 5

@@ -182,9 +182,13 @@ class UnitRuns:
 
     def load_units(self, keys: list[str]) -> None:
         """The runs of these units (trial and step partition keys), found by the tag that names a unit: one
-        indexed lookup, whatever the history."""
+        indexed lookup, whatever the history. A re-scoring's runs are found by their rubric too (they carry
+        it; the first chain's runs of the same units are not the re-scoring's)."""
         if keys:
-            self.load(RunsFilter(tags={PARTITION_TAG: keys}))
+            tags: dict[str, str | list[str]] = {PARTITION_TAG: keys}
+            if self.rubric != self.config.rubric:
+                tags[RUBRIC_TAG] = self.rubric
+            self.load(RunsFilter(tags=tags))
 
     def counts(self, key: str) -> tuple[bool, int, int]:
         """(a run in flight, runs so far, runs failed since the last success) of one unit."""
@@ -214,6 +218,11 @@ def _materialized(instance: DagsterInstance, asset: str, keys: set[str]) -> set[
     return set(found)
 
 
+RESCORING_WINDOW = 8
+"""Steps a re-scoring judges ahead of its training frontier: enough judgments to keep the trials in flight busy
+(a step is many trials), few enough that a tick of a long experiment's re-scoring reads a window, not the rest."""
+
+
 def _open_steps(
     stores: Stores, config: ExperimentConfig, rubric: str, rescoring: bool, damaged: set[str]
 ) -> tuple[list[int], int]:
@@ -221,14 +230,15 @@ def _open_steps(
 
     Steps are trained in order, so the ledger's frontier ``F`` says that steps ``0..F-1`` were trained with
     every trial settled when the next one opened. A plan looks at the last of them (its weights may not be
-    materialized yet), the frontier, every step with open damage, and in a re-scoring every step not yet
-    trained (its judgments run all at once); the others are settled and only counted. ``damaged``: the open
+    materialized yet), the frontier, every step with open damage, and in a re-scoring the
+    :data:`RESCORING_WINDOW` steps from the frontier on (their judgments run together, ahead of training);
+    the others are settled, or not reached yet, and only counted. ``damaged``: the open
     damage keys of trials and steps.
     """
     frontier = stores.training.frontier(config.name, rubric)
     steps = {s for s in (frontier - 1, frontier) if 0 <= s < config.steps}
     if rescoring:
-        steps.update(range(frontier, config.steps))
+        steps.update(range(frontier, min(config.steps, frontier + RESCORING_WINDOW)))
     for key in damaged:
         experiment, step = parse_step_key(key.split("|")[0])
         if experiment == config.name and 0 <= step < config.steps:
@@ -268,10 +278,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
                 return Plan(scoring, worlds_missing, [], launches)
 
     trial_keys = {s: {t.trial_id: _trial_key(config, t.trial_id) for t in config.trials(s)} for s in open_steps}
-    if rescoring:  # every step is open: the re-scoring's own runs, in one query
-        runs.load(RunsFilter(tags={EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}))
-    else:
-        runs.load_units([key for s in open_steps for key in (config.step_key(s), *trial_keys[s].values())])
+    runs.load_units([key for s in open_steps for key in (config.step_key(s), *trial_keys[s].values())])
     if rescoring:
         rewarded = {
             key
