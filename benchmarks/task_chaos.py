@@ -70,6 +70,7 @@ def main() -> None:
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="rl-assets-chaos-"))
     directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o755)  # the embedded Postgres may run as its own user (as root): it must reach its home
     for sub in ("clean", "chaos"):
         directory.joinpath(sub).mkdir(exist_ok=True)
     try:
