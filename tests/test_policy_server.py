@@ -74,8 +74,10 @@ def test_the_tiny_model_learns_the_task_from_its_own_served_rollouts(trained, st
 def test_each_weights_materialization_shows_its_checkpoint_and_grpo_stats(trained, stores, instance):
     config = stores.experiments.get(NAME)
     for step in range(6):
-        event = instance.get_latest_materialization_event(dg.AssetKey("weights"), partition=config.step_key(step))
-        metadata = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+        (record,) = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("weights"), asset_partitions=[config.step_key(step)]), limit=1
+        ).records
+        metadata = {k: v.value for k, v in record.asset_materialization.metadata.items()}
         policy = stores.checkpoints.load(NAME, RUBRIC, step)
         assert metadata["checkpoint"] == policy.lm.checkpoint and metadata["parameters"] == policy.lm.parameters
         assert metadata["objective"] == "clipped-ratio" and metadata["token_source"] == "recorded"
