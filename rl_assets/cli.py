@@ -150,8 +150,12 @@ def _open(home: Home, with_ray: bool = True):
     return Stores(home.root, Database.from_env())
 
 
-def _follow(home: Home, stores, config: ExperimentConfig, rubric: str | None = None) -> None:
+def _follow(
+    home: Home, stores, config: ExperimentConfig, rubric: str | None = None, *, audit_all: bool = False
+) -> None:
     """Follow ``config`` (re-scored under ``rubric`` if given) to done while the home's daemon drives it.
+
+    First the audit: the records the work ahead rests on (``audit_all``: every record of the experiment).
 
     The command launches nothing: it records what is wanted, and the daemon's
     driver sensor launches every run. It holds the experiment's driver lock
@@ -192,7 +196,8 @@ def _follow(home: Home, stores, config: ExperimentConfig, rubric: str | None = N
     daemon = LocalDaemon(home)
     try:
         with DagsterInstance.get() as instance:
-            for damage in audit(instance, stores, LocalWorlds(home.worlds, home.forks, home.tasks), config):
+            worlds = LocalWorlds(home.worlds, home.forks, home.tasks)
+            for damage in audit(instance, stores, worlds, config, everything=audit_all):
                 what = f"{damage.kind} {damage.partition_key}: {damage.detail}"
                 print(f"rl-assets: {what}; regenerating it", file=sys.stderr)
             stores.drives.request(config.name, requested_by="cli")
@@ -233,8 +238,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         stores.experiments.create_or_resume(config, runtime)
     except ExperimentConflictError as err:
         raise UsageError(str(err)) from None
-    _follow(home, stores, config)
-    _print_result(experiment_result(stores, config), args.json, format_table)
+    _follow(home, stores, config, audit_all=args.audit)
+    _print_result(experiment_result(stores, config, per_trial=True), args.json, format_table)
     return 0
 
 
@@ -280,7 +285,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     if rubric != config.rubric:
         stores.scorings.request(config.name, rubric, requested_by="cli")
         _follow(home, stores, config, rubric)
-    _print_result(experiment_result(stores, config.scored_with(rubric)), args.json, format_table)
+    _print_result(experiment_result(stores, config.scored_with(rubric), per_trial=True), args.json, format_table)
     return 0
 
 
@@ -334,7 +339,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     except ExperimentConflictError as err:
         raise UsageError(str(err)) from None
     _follow(home, stores, fork)
-    _print_result(experiment_result(stores, fork), args.json, format_table)
+    _print_result(experiment_result(stores, fork, per_trial=True), args.json, format_table)
     return 0
 
 
@@ -402,7 +407,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise UsageError(f"--html: {err}") from None
     stores = _open(Home.resolve(args.home), with_ray=False)
     config = _existing(stores, args.experiment)
-    report = evidence(stores, config)
+    report = evidence(stores, config, audit=args.audit)
     print(json.dumps(report) if args.json else format_report(report))
     if args.html is not None:
         from rl_assets.report_html import curves, render
@@ -524,6 +529,12 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in TRAIN_FLAGS:
         _add_flag(train, flag)
     train.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    train.add_argument(
+        "--audit",
+        action="store_true",
+        help="first re-read every record of the experiment and regenerate what is damaged "
+        "(default: only the records the work ahead rests on)",
+    )
     train.set_defaults(func=cmd_train)
 
     rescore = with_home(
@@ -565,6 +576,11 @@ def build_parser() -> argparse.ArgumentParser:
     report = with_home(sub.add_parser("report", help="the evidence table: retries, judge calls, actor pids"))
     _add_flag(report, FLAGS["--experiment"], dest="experiment")
     report.add_argument("--json", action="store_true")
+    report.add_argument(
+        "--audit",
+        action="store_true",
+        help="also re-read every record and check the six invariants on every unit (reads the whole history)",
+    )
     report.add_argument("--html", metavar="FILE", help="also write a page with learning curves, checks and evidence")
     report.set_defaults(func=cmd_report)
 

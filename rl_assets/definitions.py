@@ -26,7 +26,11 @@ def load_definitions() -> dg.Definitions:
     The modules are imported here, not at the top: defining the assets and jobs reads and validates
     the environment (``RL_ASSETS_ENV`` picks the executor), which a mere import must not do.
     """
-    from rl_assets.assets import rewards, rubrics, trajectories, weights, worlds
+    from rl_assets.assets.rewards import rewards
+    from rl_assets.assets.rubrics import rubrics
+    from rl_assets.assets.trajectories import trajectories
+    from rl_assets.assets.weights import weights
+    from rl_assets.assets.worlds import worlds
     from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_job, start_experiment_job
     from rl_assets.driver.sensor import driver_sensor, rubric_sensor, training_sensor
     from rl_assets.environment import resources

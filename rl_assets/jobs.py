@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import dagster as dg
 
-from rl_assets.assets import rewards, trajectories, weights, worlds
 from rl_assets.assets.partitions import STEP, TRIAL, WORLD
+from rl_assets.assets.rewards import rewards
+from rl_assets.assets.trajectories import trajectories
+from rl_assets.assets.weights import weights
+from rl_assets.assets.worlds import worlds
 from rl_assets.environment import unit_executor
 from rl_assets.tags import KIND_TAG
 

@@ -8,8 +8,8 @@ its parent. Per step: mean reward, pass rate (the share of the batch the
 verifier passed: the reference agent's secret found and answered, a task's
 verifier reward 1), mean turns, and for task experiments the tokens and cost
 of the step's model calls. Below them: each line's learning table, the
-checks, and the evidence and costs exactly as ``rl-assets report`` prints
-them. Everything is read from durable records, as the report is.
+checks (with ``--audit``), and the evidence and costs exactly as ``rl-assets report`` prints
+them. Everything is read from durable records (the curves from the steps' summaries), as the report is.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rl_assets.batches import recorded_batch
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import INVARIANTS
 from rl_assets.plots import Line, line_chart
-from rl_assets.report import format_report
+from rl_assets.report import NOT_AUDITED, format_report
 from rl_assets.resources.stores import Stores
-from rl_assets.results import cost_of, prices
+from rl_assets.results import cost_of, prices, step_summaries
 
 
 @dataclass(frozen=True)
@@ -58,17 +57,16 @@ def _points(stores: Stores, config: ExperimentConfig) -> list[StepPoint]:
     """Each trained step of ``config``'s chain; tokens and cost only where model calls are recorded (tasks)."""
     table = prices(stores.home) if config.tasks is not None else None
     points = []
-    for applied in stores.training.steps(config.name, config.rubric):
-        batch, _ = recorded_batch(stores, config, applied.step)
+    for applied, summary in step_summaries(stores, config):
         usage = stores.model_calls.usage(config.name, applied.step) if table is not None else []
-        n = len(batch)
+        n, verified = summary.trials_ok, summary.trials_verified
         points.append(
             StepPoint(
                 step=applied.step,
                 trials=n,
-                mean_reward=round(sum(r.reward for r in batch) / n, 3) if n else None,
-                pass_rate=round(sum(r.verified for r in batch) / n, 3) if n else None,
-                mean_turns=round(sum(r.turns for r in batch) / n, 2) if n else None,
+                mean_reward=summary.mean_reward,
+                pass_rate=round(verified / n, 3) if n and verified is not None else None,
+                mean_turns=summary.mean_turns,
                 version=applied.version,
                 tokens=sum(u.prompt_tokens + u.completion_tokens for u in usage) if table is not None else None,
                 usd=cost_of(usage, table)["usd"] if table is not None else None,
@@ -123,7 +121,9 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _checks_table(checks: list[dict[str, Any]]) -> str:
+def _checks_table(checks: list[dict[str, Any]] | None) -> str:
+    if checks is None:
+        return f"<p>{html.escape(NOT_AUDITED)}</p>"
     rows = []
     for invariant in INVARIANTS:
         mine = [c for c in checks if c["check"] == invariant.name]

@@ -6,7 +6,6 @@ Reading never changes the home: a damaged record is reported (a
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,12 @@ from rl_assets.batches import recorded_batch
 from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, StepResult
+from rl_assets.domain.task_totals import summed, task_totals
 from rl_assets.domain.transcripts import Usage
 from rl_assets.home import Home
 from rl_assets.resources.stores import Stores
 from rl_assets.stores.model_calls import ModelUsage
-from rl_assets.stores.training import StepSummary
+from rl_assets.stores.training import AppliedStep, StepSummary
 from rl_assets.workloads.harbor.pricing import PriceTable
 from rl_assets.workloads.registry import workload_of
 
@@ -26,30 +26,56 @@ PRIOR_DECIMALS = 6
 """Priors are sums of rounded rewards; printing them to 6 places hides float noise only."""
 
 
-def step_results(stores: Stores, config: ExperimentConfig) -> list[StepResult]:
-    """Each trained step's line, from the summary written when it trained (a row a step, whatever its size);
-    a step trained before summaries existed is summarized from its rewards."""
+def step_summaries(stores: Stores, config: ExperimentConfig) -> list[tuple[AppliedStep, StepSummary]]:
+    """Each trained step with the summary written when it trained (a row a step, whatever its size); a step
+    trained before summaries (or, for tasks, before their per-task sums) existed is summed from its rewards."""
     summaries = stores.training.summaries(config.name, config.rubric)
-    results = []
+    found = []
     for applied in stores.training.steps(config.name, config.rubric):
         summary = summaries.get(applied.step)
-        if summary is None:
+        if summary is None or summary.trials_verified is None or (config.tasks and summary.task_totals is None):
             batch, _ = recorded_batch(stores, config, applied.step)
-            planned = len(config.trials(applied.step))
-            summary = StepSummary(config.name, config.rubric, applied.step, planned, len(batch), *step_summary(batch))
-        results.append(
-            StepResult(
-                step=applied.step,
-                trials_planned=summary.trials_planned,
-                trials_ok=summary.trials_ok,
-                mean_reward=summary.mean_reward,
-                mean_turns=summary.mean_turns,
-                weights_version=applied.version,
-                policy_hash=applied.policy_hash,
-                actor_pid=applied.actor_pid,
+            planned, verified = len(config.trials(applied.step)), sum(r.verified for r in batch)
+            totals = task_totals(batch) if config.tasks is not None else None
+            summary = StepSummary(
+                config.name, config.rubric, applied.step, planned, len(batch), *step_summary(batch), verified, totals
             )
+        found.append((applied, summary))
+    return found
+
+
+def step_results(stores: Stores, config: ExperimentConfig) -> list[StepResult]:
+    """Each trained step's line of the learning table, from its summary."""
+    return [
+        StepResult(
+            step=applied.step,
+            trials_planned=summary.trials_planned,
+            trials_ok=summary.trials_ok,
+            mean_reward=summary.mean_reward,
+            mean_turns=summary.mean_turns,
+            weights_version=applied.version,
+            policy_hash=applied.policy_hash,
+            actor_pid=applied.actor_pid,
         )
-    return results
+        for applied, summary in step_summaries(stores, config)
+    ]
+
+
+def task_means(stores: Stores, config: ExperimentConfig) -> list[dict[str, Any]]:
+    """A task experiment's means per task over its trained steps, from the steps' summaries."""
+    totals = summed([summary.task_totals or {} for _, summary in step_summaries(stores, config)])
+    return [
+        {
+            "task": task,
+            "trials": t.trials,
+            "verifier_reward": round(t.verifier_sum / t.trials, 3),
+            "judge_score": round(t.judge_sum / t.judged, 3) if t.judged else None,
+            "reward": round(t.reward_sum / t.trials, 3),
+            "turns": round(t.turns_sum / t.trials, 2),
+        }
+        for task, t in totals.items()
+        if t.trials
+    ]
 
 
 def final_policy(stores: Stores, config: ExperimentConfig) -> Policy:
@@ -121,8 +147,10 @@ def _weights(stores: Stores, policy: Policy) -> dict[str, Any]:
     }
 
 
-def experiment_result(stores: Stores, config: ExperimentConfig) -> dict[str, Any]:
-    """The JSON object of ``rl-assets train --json`` (and, for task experiments, each trial and the bill)."""
+def experiment_result(stores: Stores, config: ExperimentConfig, per_trial: bool = False) -> dict[str, Any]:
+    """The JSON object of ``rl-assets train --json`` and ``status --json``: read from the steps' summaries and the
+    ledgers' totals; a task experiment adds its means per task and the bill, and with ``per_trial`` (``train``'s)
+    each trial, which reads every reward and trajectory."""
     policy = final_policy(stores, config)
     result = {
         "experiment": config.name,
@@ -143,7 +171,9 @@ def experiment_result(stores: Stores, config: ExperimentConfig) -> dict[str, Any
         "counts": stores.attempts.counts(config.name),
     }
     if config.tasks is not None:
-        result["trials"] = task_trials(stores, config)
+        result["tasks"] = task_means(stores, config)
+        if per_trial:
+            result["trials"] = task_trials(stores, config)
         result["counts"]["policy_calls"] = stores.model_calls.calls(config.name, "policy")
         result["cost"] = cost_of(stores.model_calls.usage(config.name), prices(stores.home))
     return result
@@ -162,21 +192,19 @@ def format_table(result: dict[str, Any]) -> str:
             f"{s['weights_version']:>7}  {s['actor_pid']:>9}"
         )
     lines.append("counts: " + ", ".join(f"{k}={v}" for k, v in result["counts"].items()))
-    if "trials" in result:
-        lines += _task_lines(result["trials"], result["cost"])
+    if "tasks" in result:
+        lines += _task_lines(result["tasks"], result["cost"])
     return "\n".join(lines)
 
 
-def _task_lines(trials: list[dict[str, Any]], cost: dict[str, Any]) -> list[str]:
+def _task_lines(tasks: list[dict[str, Any]], cost: dict[str, Any]) -> list[str]:
     """A task experiment's means per task over its trained trials, and its bill."""
     lines = [f"{'task':<28} {'trials':>6}  {'verifier':>8}  {'judge':>6}  {'reward':>7}  {'turns':>5}"]
-    for task in sorted({t["task"] for t in trials}):
-        rows = [t for t in trials if t["task"] == task]
-        judged = [t["judge_score"] for t in rows if t["judge_score"] is not None]
-        judge = f"{statistics.mean(judged):.3f}" if judged else "-"
+    for t in tasks:
+        judge = "-" if t["judge_score"] is None else f"{t['judge_score']:.3f}"
         lines.append(
-            f"{task:<28} {len(rows):>6}  {statistics.mean(t['verifier_reward'] for t in rows):>8.3f}  {judge:>6}  "
-            f"{statistics.mean(t['reward'] for t in rows):>7.3f}  {statistics.mean(t['turns'] for t in rows):>5.2f}"
+            f"{t['task']:<28} {t['trials']:>6}  {t['verifier_reward']:>8.3f}  {judge:>6}  "
+            f"{t['reward']:>7.3f}  {t['turns']:>5.2f}"
         )
     unpriced = f" (no price for {', '.join(cost['unpriced_models'])})" if cost["unpriced_models"] else ""
     lines.append(

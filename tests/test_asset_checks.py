@@ -80,11 +80,11 @@ def test_a_clean_experiment_passes_every_check_in_report_and_in_its_runs(home, t
     own = [c.detail for c in checks if c.check == "on_policy" and c.rubric == "v1" and c.unit == f"{NAME}/s1"]
     assert own == ["step 1: on-policy 2"]
 
-    text = run_cli(home, "report", "--experiment", NAME).stdout
+    text = run_cli(home, "report", "--experiment", NAME, "--audit").stdout
     for invariant in INVARIANTS:
         assert f"check         {invariant.name:<16} {invariant.asset:<8} " in text
     assert "check failed" not in text and "FAILED" not in text
-    report = json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
+    report = json.loads(run_cli(home, "report", "--experiment", NAME, "--audit", "--json").stdout)
     assert len(report["checks"]) == len(checks) and all(c["passed"] for c in report["checks"])
 
     # All six checks ran with each materialization, per partition, and passed. (A run that failed before its

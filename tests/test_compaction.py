@@ -36,7 +36,7 @@ def _partitions(instance) -> dict[str, set[str]]:
 
 
 def _report(home) -> dict:
-    return json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
+    return json.loads(run_cli(home, "report", "--experiment", NAME, "--audit", "--json").stdout)
 
 
 def _compact(home) -> dict:

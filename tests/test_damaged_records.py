@@ -1,7 +1,8 @@
 """Records damaged behind the system's back: detected by checksum, regenerated cleanly, never used.
 
 One small experiment is trained once; each test damages one kind of record
-on disk or in Postgres, reruns the same ``train`` command, and checks that
+on disk or in Postgres, reruns the same ``train`` command (``--audit`` where
+the damage is in a step older than the work ahead), and checks that
 the result is the clean one, that only the damaged unit was redone (no
 regeneration while a rollout is intact, no judge call while a verdict is
 intact, no training step applied again), and that the report says what was
@@ -25,8 +26,8 @@ FIELDS = dict(steps=2, worlds=2, prompts=2, samples=1)
 CONFIG = ExperimentConfig(name=NAME, **FIELDS)
 
 
-def _train(home: Path) -> tuple[dict, str]:
-    proc = run_cli(home, "train", *cli_args(NAME, FIELDS), "--json")
+def _train(home: Path, *extra: str) -> tuple[dict, str]:
+    proc = run_cli(home, "train", *cli_args(NAME, FIELDS), "--json", *extra)
     return json.loads(proc.stdout), proc.stderr
 
 
@@ -62,7 +63,7 @@ def test_damaged_trajectory_and_missing_reward_are_rebuilt_from_intact_records(h
     (artifacts / f"rewards/{NAME}/v1/s1/p1-n0.json").unlink()
     before = trained["counts"]
 
-    result, stderr = _train(home)
+    result, stderr = _train(home, "--audit")
 
     _assert_clean(result, trained)
     counts = result["counts"]
@@ -160,12 +161,15 @@ def test_report_finds_a_damaged_reward_status_reads_summaries_and_both_leave_it_
     damaged = reward.read_bytes()
 
     status = json.loads(run_cli(home, "status", "--experiment", NAME, "--json").stdout)
-    report = json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
-    text = run_cli(home, "report", "--experiment", NAME).stdout
+    summary_report = json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)
+    report = json.loads(run_cli(home, "report", "--experiment", NAME, "--audit", "--json").stdout)
+    text = run_cli(home, "report", "--experiment", NAME, "--audit").stdout
 
     assert [s["mean_reward"] for s in status["steps"]] == [s["mean_reward"] for s in trained["steps"]], (
         "status shows the summaries written when the steps trained, without reading every reward"
     )
+    assert summary_report["checks"] is None, "a plain report reads summaries and ledgers, no reward file"
+    assert summary_report["learning"]["steps"] == status["steps"]
     broken = [c for c in report["checks"] if not c["passed"]]
     assert {c["unit"] for c in broken} == {f"{NAME}/s0|{slot}", f"{NAME}/s0"}, "the reward, and the step it trained"
     assert any(f"the reward record of s0-{slot} is damaged" in c["detail"] for c in broken), broken
@@ -176,7 +180,12 @@ def test_report_finds_a_damaged_reward_status_reads_summaries_and_both_leave_it_
     assert not list((home / "quarantine" / "rewards").rglob(f"{slot}.json.*"))
     assert f"{NAME}/s0|{slot}" not in stores.damage.open_keys("trial"), "and opens no damage"
 
-    result, stderr = _train(home)
+    result, stderr = _train(home)  # the work ahead of a finished experiment is none: step 0 is not read
+
+    _assert_clean(result, trained)
+    assert "record was damaged" not in stderr and reward.read_bytes() == damaged, "left for `train --audit`"
+
+    result, stderr = _train(home, "--audit")
 
     _assert_clean(result, trained)
     assert f"trial damaged/s0|{slot}: reward record was damaged" in stderr
@@ -188,7 +197,7 @@ def test_a_unit_repaired_again_and_again_is_never_given_up_as_crashing(home, tra
     reward = home / "artifacts" / f"rewards/{NAME}/v1/s0/p1-n0.json"
     for _ in range(3):  # with every run counted, the third repair found 3 runs and failed the trial for good
         reward.unlink()
-        result, stderr = _train(home)
+        result, stderr = _train(home, "--audit")
         _assert_clean(result, trained)
         assert "its runs died" not in stderr
     report = json.loads(run_cli(home, "report", "--experiment", NAME, "--json").stdout)

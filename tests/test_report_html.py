@@ -42,7 +42,7 @@ def trained(home: Path) -> None:
 
 def test_report_html_holds_the_curves_as_images_the_learning_tables_the_checks_and_the_evidence(home, trained, stores):
     page_file = home.parent / f"{NAME}.html"
-    proc = run_cli(home, "report", "--experiment", NAME, "--html", str(page_file))
+    proc = run_cli(home, "report", "--experiment", NAME, "--audit", "--html", str(page_file))
     assert f"wrote {page_file}" in proc.stderr
     page = page_file.read_text(encoding="utf-8")
 

@@ -22,6 +22,7 @@ from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.domain.language_model import LanguageModelPolicy
 from rl_assets.domain.models import Reward, TrialSpec
+from rl_assets.domain.task_totals import task_totals
 from rl_assets.invariants import step_findings
 from rl_assets.resources.stores import Stores, StoresResource
 from rl_assets.resources.trainer import TrainerResource
@@ -86,8 +87,10 @@ def _train_step(
         context.log.info(f"{where} was already applied; reusing its checkpoint")
     mean_reward, mean_turns = step_summary(batch)
     planned = len(config.trials(step))
+    verified = sum(r.verified for r in batch)
+    totals = task_totals(batch) if config.tasks is not None else None
     state.training.summarize(
-        StepSummary(config.name, config.rubric, step, planned, len(batch), mean_reward, mean_turns)
+        StepSummary(config.name, config.rubric, step, planned, len(batch), mean_reward, mean_turns, verified, totals)
     )
     metadata: dict[str, Any] = {
         "step": step,

@@ -1,10 +1,18 @@
-"""Before driving: check every durable record an experiment's results rest on.
+"""Before driving: check the durable records the work ahead rests on (or, asked to, every record).
 
 The planner trusts Dagster's materializations; this audit checks that what
 they point at is still intact: each sealed world's content hash (re-hashed
-from every byte: the only full read of a world outside its build), each
-finished trial's trajectory and reward records and its verdicts, each
-trained step's checkpoint against the ledger's policy hash. A damaged
+from every byte: the only full read of a world outside its build), the
+finished trials' trajectory and reward records and their verdicts, and the
+checkpoints against the ledger's policy hashes.
+
+By default that is the work ahead: every world (the experiment's, not its
+history's), the trials of the last trained step and of the training frontier,
+the checkpoint the next step starts from, and the verdicts already known to be
+modified; so a ``train`` that resumes a long experiment reads a step, not the
+history. ``everything`` reads every trial and checkpoint of the experiment
+(``train --audit``). An older record is read again by whatever uses it next
+(a re-scoring's judge, the trainer), through the same checksums. A damaged
 record is moved to the home's ``quarantine/`` and its unit is marked damaged
 (see :mod:`rl_assets.stores.damage` and
 :func:`~rl_assets.stores.quarantine.read_or_quarantine`), so the driver regenerates exactly that
@@ -16,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-import dagster as dg
 from dagster import DagsterInstance
 
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.driver.planner import materialized_partitions
 from rl_assets.resources.stores import Stores
 from rl_assets.stores.damage import Damage, DamageKind
 from rl_assets.stores.quarantine import read_or_quarantine
@@ -32,7 +40,16 @@ def _trial_key(config: ExperimentConfig, trial_id: str) -> str:
     return str(trial_partition_key(config, int(step.removeprefix("s")), slot))
 
 
-def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config: ExperimentConfig) -> list[Damage]:
+def _audited_steps(stores: Stores, config: ExperimentConfig, everything: bool) -> list[int]:
+    if everything:
+        return list(range(config.steps))
+    frontier = stores.training.frontier(config.name, config.rubric)
+    return [s for s in (frontier - 1, frontier) if 0 <= s < config.steps]
+
+
+def audit(
+    instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config: ExperimentConfig, *, everything: bool
+) -> list[Damage]:
     """Mark damaged units of ``config``; returns the damage found now (already-open damage is not repeated)."""
     found: list[Damage] = []
 
@@ -40,7 +57,7 @@ def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config
         if stores.damage.report(kind, key, detail):
             found.append(Damage(kind, key, detail))
 
-    built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
+    built = materialized_partitions(instance, "worlds", set(config.world_ids))
     for world_id in config.world_ids:
         if world_id in built:
             try:  # every byte here, once per `train`; trial attempts check only the seal (O(entries))
@@ -56,11 +73,11 @@ def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config
             found.append(Damage(kind, key, str(result.problem)))
         return result.problem is None
 
-    rewarded = instance.get_materialized_partitions(dg.AssetKey("rewards"))
-    for step in range(config.steps):
-        for spec in config.trials(step):
-            slot = spec.trial_id.split("-", 1)[1]
-            key = str(trial_partition_key(config, step, slot))
+    for step in _audited_steps(stores, config, everything):
+        slots = [spec.trial_id.split("-", 1)[1] for spec in config.trials(step)]
+        keys = {slot: str(trial_partition_key(config, step, slot)) for slot in slots}
+        rewarded = materialized_partitions(instance, "rewards", set(keys.values()))  # a query a step
+        for slot, key in keys.items():
             if key not in rewarded:
                 continue
             if checked(partial(stores.trials.trajectory, config.name, step, slot), "trajectory", "trial", key):
@@ -73,7 +90,8 @@ def audit(instance: DagsterInstance, stores: Stores, worlds: LocalWorlds, config
         for trial_id in stores.attempts.trials_judged_with(verdict_key):
             damaged("trial", _trial_key(config, trial_id), "its verdict was modified; it is judged again")
 
-    for applied in stores.training.steps(config.name, config.rubric):
+    applied_steps = stores.training.steps(config.name, config.rubric)
+    for applied in applied_steps if everything else applied_steps[-1:]:
         checked(
             partial(stores.checkpoints.load, config.name, config.rubric, applied.step, applied.policy_hash),
             "checkpoint",

@@ -208,7 +208,7 @@ def _trial_key(config: ExperimentConfig, trial_id: str) -> str:
     return str(trial_partition_key(config, int(step[1:]), slot))
 
 
-def _materialized(instance: DagsterInstance, asset: str, keys: set[str]) -> set[str]:
+def materialized_partitions(instance: DagsterInstance, asset: str, keys: set[str]) -> set[str]:
     """Which of ``keys`` the asset has a materialization for: one query over those partitions only."""
     if not keys:  # Dagster reads every partition when given none
         return set()
@@ -267,7 +267,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
         to_check = set(config.world_ids) if frontier == 0 else damaged_worlds & set(config.world_ids)
         if to_check:
             runs.load(RunsFilter(job_name="world_job", tags={EXPERIMENT_TAG: config.name}))
-            built = _materialized(instance, "worlds", to_check) - damaged_worlds
+            built = materialized_partitions(instance, "worlds", to_check) - damaged_worlds
             worlds_missing = [w for w in config.world_ids if w in to_check and (w not in built or runs.refused(w))]
             for world_id in worlds_missing:
                 active, count, failures = runs.counts(world_id)
@@ -288,8 +288,10 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
         }
         trained_keys = {config.step_key(s) for s in open_steps}
     else:
-        rewarded = _materialized(instance, "rewards", {k for keys in trial_keys.values() for k in keys.values()})
-        trained_keys = _materialized(instance, "weights", {config.step_key(s) for s in open_steps})
+        rewarded = materialized_partitions(
+            instance, "rewards", {k for keys in trial_keys.values() for k in keys.values()}
+        )
+        trained_keys = materialized_partitions(instance, "weights", {config.step_key(s) for s in open_steps})
     rewarded -= damaged_trials
     trained_keys -= damaged_steps
     unit_job = "judge_job" if rescoring else "trial_job"

@@ -8,8 +8,18 @@ failed, how often judging ran and whether it hit the verdict cache.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from rl_assets.stores.database import Database
+
+
+@dataclass(frozen=True)
+class AttemptTally:
+    """An experiment's attempts of one kind: trials that succeeded first try, trials retried, attempts in all."""
+
+    succeeded_first_try: int
+    attempts: int
+    retried: list[str]
 
 
 class AttemptLog:
@@ -48,25 +58,26 @@ class AttemptLog:
             cur.execute("SELECT DISTINCT trial_id FROM rl_judge_attempts WHERE verdict_key = %s", (verdict_key,))
             return sorted(row[0] for row in cur.fetchall())
 
-    def generation_per_trial(self, experiment: str) -> dict[str, tuple[int, int]]:
-        """trial id -> (generation attempts, failed ones): who succeeded first try and who was retried."""
-        with self.db.transaction() as cur:
-            cur.execute(
-                "SELECT trial_id, count(*), count(*) FILTER (WHERE outcome = 'failed') FROM rl_generation_attempts "
-                "WHERE experiment = %s GROUP BY trial_id",
-                (experiment,),
-            )
-            return {t: (n, f) for t, n, f in cur.fetchall()}
+    def generation_tally(self, experiment: str) -> AttemptTally:
+        """How the experiment's rollouts went: trials right first time, the retried ones, all attempts."""
+        return self._tally("rl_generation_attempts", experiment)
 
-    def judging_per_trial(self, experiment: str) -> dict[str, tuple[int, int]]:
-        """trial id -> (judging attempts, failed ones)."""
+    def judging_tally(self, experiment: str) -> AttemptTally:
+        """How the experiment's judgments went, as :meth:`generation_tally`."""
+        return self._tally("rl_judge_attempts", experiment)
+
+    def _tally(self, table: str, experiment: str) -> AttemptTally:
+        """Counted in Postgres: a long experiment's million attempts come back as three numbers and the retries."""
         with self.db.transaction() as cur:
             cur.execute(
-                "SELECT trial_id, count(*), count(*) FILTER (WHERE outcome = 'failed') FROM rl_judge_attempts "
-                "WHERE experiment = %s GROUP BY trial_id",
+                "WITH per_trial AS (SELECT trial_id, count(*) AS n, count(*) FILTER (WHERE outcome = 'failed') AS f "
+                f"FROM {table} WHERE experiment = %s GROUP BY trial_id) "  # table: one of two literals above
+                "SELECT count(*) FILTER (WHERE f = 0), coalesce(sum(n), 0), "
+                "coalesce(array_agg(trial_id ORDER BY trial_id) FILTER (WHERE f > 0), '{}') FROM per_trial",
                 (experiment,),
             )
-            return {t: (n, f) for t, n, f in cur.fetchall()}
+            first_try, attempts, retried = cur.fetchone()
+            return AttemptTally(first_try, int(attempts), retried)
 
     def record_trial_failure(self, experiment: str, trial_id: str, phase: str, error: str) -> None:
         """Mark a trial failed for good: its step trains without it."""

@@ -90,12 +90,12 @@ class BulkHistory:
 
     def add_summaries(self, experiment: str, rubric: str, steps: int, trials: int) -> None:
         """A summary row for each of steps ``0..steps-1``: every trial ok, reward and turns made up."""
-        rows = [(experiment, rubric, s, trials, trials, 0.5, 3.0) for s in range(steps)]
+        rows = [(experiment, rubric, s, trials, trials, 0.5, 3.0, trials // 2) for s in range(steps)]
         with self.db.transaction() as cur:
             execute_values(
                 cur,
                 "INSERT INTO rl_step_summaries (experiment, rubric, step, trials_planned, trials_ok, mean_reward, "
-                "mean_turns) VALUES %s",
+                "mean_turns, trials_verified) VALUES %s",
                 rows,
                 page_size=BATCH,
             )

@@ -14,11 +14,13 @@ checkpoint of the row that won.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from rl_assets.domain.models import Policy
+from rl_assets.domain.task_totals import TaskTotals
 from rl_assets.stores.artifacts import ArtifactStore, CorruptArtifactError
 from rl_assets.stores.database import Database
 from rl_assets.stores.locks import LockSpace, hashed, xact_lock
@@ -47,6 +49,18 @@ class StepSummary:
     trials_ok: int
     mean_reward: float | None
     mean_turns: float | None
+    trials_verified: int | None = None
+    """Trials the verifier passed (None in summaries older than the count)."""
+    task_totals: dict[str, TaskTotals] | None = None
+    """A task experiment's sums per task (None for other workloads, and for summaries older than them)."""
+
+
+def _dumped(totals: dict[str, TaskTotals]) -> dict[str, dict]:
+    return {task: t.model_dump() for task, t in totals.items()}
+
+
+def _loaded(column: dict | None) -> dict[str, TaskTotals] | None:
+    return None if column is None else {task: TaskTotals(**t) for task, t in column.items()}
 
 
 class TrainingLedger:
@@ -119,9 +133,11 @@ class TrainingLedger:
         with self.db.transaction() as cur:
             cur.execute(
                 "INSERT INTO rl_step_summaries (experiment, rubric, step, trials_planned, trials_ok, mean_reward, "
-                "mean_turns) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (experiment, rubric, step) DO UPDATE "
+                "mean_turns, trials_verified, task_totals) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (experiment, rubric, step) DO UPDATE "
                 "SET trials_planned = EXCLUDED.trials_planned, trials_ok = EXCLUDED.trials_ok, "
-                "mean_reward = EXCLUDED.mean_reward, mean_turns = EXCLUDED.mean_turns",
+                "mean_reward = EXCLUDED.mean_reward, mean_turns = EXCLUDED.mean_turns, "
+                "trials_verified = EXCLUDED.trials_verified, task_totals = EXCLUDED.task_totals",
                 (
                     summary.experiment,
                     summary.rubric,
@@ -130,6 +146,8 @@ class TrainingLedger:
                     summary.trials_ok,
                     summary.mean_reward,
                     summary.mean_turns,
+                    summary.trials_verified,
+                    None if summary.task_totals is None else json.dumps(_dumped(summary.task_totals)),
                 ),
             )
 
@@ -137,11 +155,12 @@ class TrainingLedger:
         """The recorded summaries of the experiment's steps under ``rubric``, by step."""
         with self.db.transaction() as cur:
             cur.execute(
-                "SELECT experiment, rubric, step, trials_planned, trials_ok, mean_reward, mean_turns "
+                "SELECT experiment, rubric, step, trials_planned, trials_ok, mean_reward, mean_turns, trials_verified, "
+                "task_totals "
                 "FROM rl_step_summaries WHERE experiment = %s AND rubric = %s",
                 (experiment, rubric),
             )
-            return {row[2]: StepSummary(*row) for row in cur.fetchall()}
+            return {row[2]: StepSummary(*row[:8], _loaded(row[8])) for row in cur.fetchall()}
 
     def rubrics(self, experiment: str) -> list[str]:
         """The rubrics ``experiment`` was trained under (its own, and every re-scoring), sorted."""
