@@ -10,6 +10,8 @@ which has 10 runs in flight), then the real code paths are timed on it, each the
   partition requests (:mod:`rl_assets.driver.sensor`);
 - ``plan_s``: the plan alone;
 - ``status_s``: what ``rl-assets status --json`` computes (the plan and the step table), in this process;
+- ``report_s``: what ``rl-assets report --json`` computes (the evidence from the ledgers and step summaries;
+  ``--audit``, which re-reads every record, is not timed: it is the one read of the whole history by design);
   ``status_cmd_s`` and ``rss_mb`` the whole command as a person runs it (a new process: imports included),
   its wall time and peak memory;
 - ``db_mb``: the home's Postgres database.
@@ -57,6 +59,7 @@ def measure(home: Path, runs: int, trials: int, repeats: int) -> dict[str, Any]:
     from rl_assets.driver.planner import plan
     from rl_assets.driver.sensor import ROLLOUT_JOBS, _last_change, partition_requests_of, run_requests_of
     from rl_assets.progress_display import describe
+    from rl_assets.report import evidence
     from rl_assets.resources.stores import Stores
     from rl_assets.results import experiment_result
     from rl_assets.stores.database import Database
@@ -89,6 +92,7 @@ def measure(home: Path, runs: int, trials: int, repeats: int) -> dict[str, Any]:
             "tick_s": round(median_s(tick, repeats), 4),
             "plan_s": round(median_s(lambda: plan(instance, stores, config), repeats), 4),
             "status_s": round(median_s(status, repeats), 4),
+            "report_s": round(median_s(lambda: evidence(stores, config), repeats), 4),
         }
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()

@@ -71,6 +71,9 @@ def test_every_example_task_is_solved_and_every_call_is_billed_once(home, instan
     rows = {line.split()[0]: line.split()[1:] for line in status.splitlines() if line.split()}
     assert rows["fix-python-function"] == ["4", "1.000", "-", "1.000", "4.00"]
     assert f"cost: policy {cost['policy_prompt_tokens']} + {cost['policy_completion_tokens']} tokens" in status
+    summed = json.loads(run_cli(home, "status", "--experiment", "tasks-clean", "--json").stdout)
+    assert "trials" not in summed, "status reads the steps' per-task sums, not each trial's records"
+    assert [t["task"] for t in summed["tasks"]] == sorted(SOLUTIONS) and {t["trials"] for t in summed["tasks"]} == {4}
 
 
 def test_sandbox_faults_and_a_flaky_server_change_nothing_but_the_retries(home, stores, tmp_path):

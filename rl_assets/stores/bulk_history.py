@@ -100,8 +100,29 @@ class BulkHistory:
                 page_size=BATCH,
             )
 
+    def add_attempts(self, experiment: str, trial_ids: list[str]) -> None:
+        """One successful generation and one judging attempt per trial: the ledgers ``report`` counts."""
+        generation = [(experiment, t, 1, f"synthetic-{t}", "ok") for t in trial_ids]
+        judging = [(experiment, t, 1, f"{experiment}:synthetic-{t}", "ok") for t in trial_ids]
+        with self.db.transaction() as cur:
+            execute_values(
+                cur,
+                "INSERT INTO rl_generation_attempts (experiment, trial_id, attempt, identity, outcome) VALUES %s",
+                generation,
+                page_size=BATCH,
+            )
+            execute_values(
+                cur,
+                "INSERT INTO rl_judge_attempts (experiment, trial_id, attempt, verdict_key, outcome) VALUES %s",
+                judging,
+                page_size=BATCH,
+            )
+
     def analyze(self) -> None:
         """Refresh Postgres's statistics of the tables written, as autovacuum does for a history that grew slowly:
         written at once, it would be planned with the statistics of an empty home until autovacuum came by."""
         with self.db.transaction() as cur:
-            cur.execute("ANALYZE runs, run_tags, event_logs, rl_train_ledger, rl_step_summaries")
+            cur.execute(
+                "ANALYZE runs, run_tags, event_logs, rl_train_ledger, rl_step_summaries, rl_generation_attempts, "
+                "rl_judge_attempts"
+            )

@@ -99,6 +99,7 @@ def write_history(
     bulk.add_runs(worlds, start)
     written = len(worlds)
     reward_keys: list[str] = []
+    settled: list[str] = []
     for step in range(trained_steps + 1):
         step_key = config.step_key(step)
         runs = []
@@ -110,6 +111,7 @@ def write_history(
                 runs.append(_run("trial_job", key, {**base, **dims, KIND_TAG: "trial"}, status))
             if step < trained_steps:
                 reward_keys.append(key)
+                settled.append(f"s{step}-{slot}")
         if step < trained_steps:
             runs.append(_run("train_job", step_key, {**base, KIND_TAG: "train"}, success))
         bulk.add_runs(runs, start + 60.0 * step)
@@ -119,6 +121,7 @@ def write_history(
         stores.checkpoints.save(config.name, config.rubric, trained_steps - 1, policy)
     bulk.add_ledger_steps(config.name, config.rubric, trained_steps, policy.content_hash)
     bulk.add_summaries(config.name, config.rubric, trained_steps, len(config.trial_slots()))
+    bulk.add_attempts(config.name, settled)
     _materializations(instance, bulk, "worlds", config.world_ids)
     _materializations(instance, bulk, "rewards", reward_keys)
     trials = len(config.trial_slots())
