@@ -44,8 +44,8 @@ def bench(home: Home, trials: int) -> dict[str, Any]:
 
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import Runtime
-    from rl_assets.resources.stores import Stores
     from rl_assets.stores.database import Database
+    from rl_assets.stores.home_stores import Stores
     from rl_assets.tasks.snapshot import with_recorded_task_set
     from rl_assets.testing.example_solutions import POLICY_MODEL, script
     from rl_assets.testing.served_model import ServedModel

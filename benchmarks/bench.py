@@ -270,8 +270,8 @@ def bench_trials(home: Home, trials: int, experiment: str) -> dict[str, Any]:
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import Runtime
     from rl_assets.driver.planner import plan
-    from rl_assets.resources.stores import Stores
     from rl_assets.stores.database import Database
+    from rl_assets.stores.home_stores import Stores
 
     python = sys.executable
     log("baseline: python -c pass")
@@ -488,9 +488,9 @@ def bench_world_sizes(home: Home, trials: int, experiment: str, small_mib: int, 
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import Runtime
     from rl_assets.driver.planner import plan
-    from rl_assets.resources.stores import Stores
     from rl_assets.resources.world_store import WorldStoreResource
     from rl_assets.stores.database import Database
+    from rl_assets.stores.home_stores import Stores
 
     free = shutil.disk_usage(home.root).free
     if free < big_mib * MIB + small_mib * MIB + 1024 * MIB:

@@ -6,10 +6,11 @@ For each N, a new experiment of ``--trials`` trials a step gets a history of abo
 the home's Dagster instance and ledgers (:mod:`rl_assets.testing.history`: every step trained but the open one,
 which has 10 runs in flight), then the real code paths are timed on it, each the median of ``--repeats``:
 
-- ``tick_s``: one driver tick with nothing to wait for: the runs in flight, the plan, its run requests, its
-  partition requests (:mod:`rl_assets.driver.sensor`);
+- ``tick_s``: one driver tick with nothing to wait for: the runs in flight, the plan (and its progress note),
+  its run requests, its partition requests (:mod:`rl_assets.driver.sensor`);
 - ``plan_s``: the plan alone;
-- ``status_s``: what ``rl-assets status --json`` computes (the plan and the step table), in this process;
+- ``status_s``: what ``rl-assets status --json`` computes (the driver's progress note and the step table, from
+  the ledgers), in this process;
 - ``report_s``: what ``rl-assets report --json`` computes (the evidence from the ledgers and step summaries;
   ``--audit``, which re-reads every record, is not timed: it is the one read of the whole history by design);
   ``status_cmd_s`` and ``rss_mb`` the whole command as a person runs it (a new process: imports included),
@@ -54,15 +55,21 @@ def median_s(fn: Callable[[], Any], repeats: int) -> float:
 def measure(home: Path, runs: int, trials: int, repeats: int) -> dict[str, Any]:
     from dagster import DagsterInstance
 
+    from rl_assets.cli import _progress
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import ExecutionSettings, Runtime
     from rl_assets.driver.planner import plan
-    from rl_assets.driver.sensor import ROLLOUT_JOBS, _last_change, partition_requests_of, run_requests_of
-    from rl_assets.progress_display import describe
+    from rl_assets.driver.sensor import (
+        ROLLOUT_JOBS,
+        _experiment_plans,
+        _last_change,
+        partition_requests_of,
+        run_requests_of,
+    )
     from rl_assets.report import evidence
-    from rl_assets.resources.stores import Stores
     from rl_assets.results import experiment_result
     from rl_assets.stores.database import Database
+    from rl_assets.stores.home_stores import Stores
     from rl_assets.testing.history import write_history
 
     trained = max(1, runs // (trials + 1))
@@ -78,12 +85,12 @@ def measure(home: Path, runs: int, trials: int, repeats: int) -> dict[str, Any]:
 
         def tick() -> None:
             _last_change(instance, stores)
-            plans = [plan(instance, stores, config)]
+            plans = _experiment_plans(instance, stores, config.name)  # the sensor's: notes the progress line
             run_requests_of(stores, plans, None, lambda _: None, ROLLOUT_JOBS)
             partition_requests_of(instance, plans)
 
         def status() -> None:
-            describe(plan(instance, stores, config))
+            _progress(stores, config)  # the driver's note
             experiment_result(stores, config)
 
         tick()  # warm: the partitions this process has seen, imports

@@ -70,9 +70,9 @@ def build(home: Path, steps: int, trials: int) -> dict[str, Any]:
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import Runtime
     from rl_assets.home import Home
-    from rl_assets.resources.stores import Stores
     from rl_assets.services.local_deployment import LocalDeployment
     from rl_assets.stores.database import Database
+    from rl_assets.stores.home_stores import Stores
     from rl_assets.testing.history import write_history
 
     deployment = LocalDeployment(Home(home))

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from rl_assets.domain.bandit import canonical_batch
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Reward, TrialSpec
-from rl_assets.resources.stores import Stores
 from rl_assets.stores.artifacts import CorruptArtifactError
+from rl_assets.stores.home_stores import Stores
 
 RewardReader = Callable[[TrialSpec, str], Reward | None]
 """``(trial spec, trial slot) -> reward`` (None if there is none)."""

@@ -136,9 +136,9 @@ def _resolve_rubric(home: Home, name: str, stores=None, config: ExperimentConfig
 
 
 def _open(home: Home, with_ray: bool = True):
-    from rl_assets.resources.stores import Stores
     from rl_assets.services.local_deployment import LocalDeployment
     from rl_assets.stores.database import Database
+    from rl_assets.stores.home_stores import Stores
 
     deployment = LocalDeployment(home)
     try:
@@ -168,9 +168,9 @@ def _follow(
 
     from rl_assets.driver.audit import audit
     from rl_assets.driver.planner import plan, stuck_units
+    from rl_assets.driver.pooled_storage import OUTAGE_ERRORS
     from rl_assets.progress_display import ProgressDisplay
     from rl_assets.services.daemon import LocalDaemon
-    from rl_assets.stores.database import TRANSIENT_DB_ERRORS
     from rl_assets.stores.locks import SessionLock, driver_lock
     from rl_assets.worlds import LocalWorlds
 
@@ -186,8 +186,12 @@ def _follow(
             try:
                 if not lock.hold():
                     raise UsageError(f"another driver took over experiment {config.name!r}")
-                return plan(instance, stores, config, rubric)
-            except TRANSIENT_DB_ERRORS:
+                observed_at = time.time()
+                p = plan(instance, stores, config, rubric)
+                if p.done:  # the line `status` shows from now on, whether or not the driver looks again
+                    stores.progress.note(config.name, p.config.rubric, p.describe(), True, observed_at)
+                return p
+            except OUTAGE_ERRORS:
                 if time.monotonic() > deadline:
                     raise
                 progress.note(f"{config.name}: the database is unavailable; waiting for it")
@@ -370,26 +374,37 @@ def _print_result(result: dict[str, Any], as_json: bool, fmt) -> None:
     print(json.dumps(result, sort_keys=False) if as_json else fmt(result))
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _progress(stores, config: ExperimentConfig) -> tuple[str, bool, str | None]:
+    """(the experiment's progress line, whether it is done, when that was observed): the driver's note, read
+    without loading Dagster; for an experiment no driver of this home has planned yet, the plan itself."""
+    note = stores.progress.get(config.name, config.rubric)
+    if note is not None:
+        return note.line, note.done, note.observed_at.isoformat(timespec="seconds")
     from dagster import DagsterInstance
 
     from rl_assets.driver.planner import plan
-    from rl_assets.progress_display import describe
+
+    with DagsterInstance.get() as instance:
+        p = plan(instance, stores, config)
+    return p.describe(), p.done, None
+
+
+def cmd_status(args: argparse.Namespace) -> int:
     from rl_assets.results import experiment_result, format_table
 
     _checked(check_experiment_name, args.experiment, "--experiment")
     home = Home.resolve(args.home)
     stores = _open(home, with_ray=False)
     config = _existing(stores, args.experiment)
-    with DagsterInstance.get() as instance:
-        p = plan(instance, stores, config)
+    line, done, observed_at = _progress(stores, config)
     result = experiment_result(stores, config)
-    result["status"] = "done" if p.done else "in progress"
-    result["progress"] = describe(p)
+    result["status"] = "done" if done else "in progress"
+    result["progress"] = line
+    result["observed_at"] = observed_at
     if args.json:
         print(json.dumps(result))
     else:
-        print(describe(p))
+        print(line if done or observed_at is None else f"{line} (the driver's view at {observed_at})")
         print(format_table(result))
     return 0
 

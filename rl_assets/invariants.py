@@ -32,8 +32,8 @@ from rl_assets.domain.invariants import (
 )
 from rl_assets.domain.models import Policy, Reward, Verdict
 from rl_assets.domain.rubrics import AnyRubric
-from rl_assets.resources.stores import Stores
 from rl_assets.stores.artifacts import CorruptArtifactError
+from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.verdicts import CorruptVerdictError, verdict_key
 from rl_assets.workloads.registry import workload_of
 from rl_assets.worlds import LocalWorlds, WorldTamperedError

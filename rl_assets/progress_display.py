@@ -24,23 +24,6 @@ def units(p: Plan) -> tuple[int, int]:
     return done, total
 
 
-def describe(p: Plan) -> str:
-    """One line: what the experiment is doing now."""
-    if p.worlds_missing:
-        return f"{p.config.name}: building worlds ({len(p.worlds_missing)} left)"
-    if not p.steps:
-        return f"{p.config.name}: starting"
-    if p.done:
-        return f"{p.config.name}: {p.config.steps}/{p.config.steps} steps trained (rubric {p.config.rubric})"
-    s = next(s for s in p.steps if not s.complete)
-    phase = "training" if s.train_running else ("repairing" if s.trained else "rolling out")
-    return (
-        f"{p.config.name} ({p.config.rubric}): step {s.step} ({s.step + 1} of {p.config.steps}) {phase}: "
-        f"{s.count('ok')} ok, {s.count('failed')} failed, "
-        f"{s.count('running')} running, {s.count('pending')} pending of {len(s.trials)} trials"
-    )
-
-
 class ProgressDisplay:
     """The experiment's progress on stderr: :meth:`plan` after each poll, :meth:`note` for anything else."""
 
@@ -54,7 +37,7 @@ class ProgressDisplay:
 
     def plan(self, p: Plan) -> None:
         done, total = units(p)
-        self.note(describe(p), done, total)
+        self.note(p.describe(), done, total)
 
     def note(self, text: str, done: int | None = None, total: int | None = None) -> None:
         if not self.live:

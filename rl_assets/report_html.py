@@ -24,8 +24,8 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import INVARIANTS
 from rl_assets.plots import Line, line_chart
 from rl_assets.report import NOT_AUDITED, format_report
-from rl_assets.resources.stores import Stores
 from rl_assets.results import cost_of, prices, step_summaries
+from rl_assets.stores.home_stores import Stores
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from rl_assets.domain.models import Policy, StepResult
 from rl_assets.domain.task_totals import summed, task_totals
 from rl_assets.domain.transcripts import Usage
 from rl_assets.home import Home
-from rl_assets.resources.stores import Stores
+from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.model_calls import ModelUsage
 from rl_assets.stores.training import AppliedStep, StepSummary
 from rl_assets.workloads.harbor.pricing import PriceTable

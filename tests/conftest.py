@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rl_assets.home import Home
-from rl_assets.resources.stores import Stores
 from rl_assets.services.local_deployment import LocalDeployment
 from rl_assets.stores.database import Database
+from rl_assets.stores.home_stores import Stores
 
 # Read by Ray when it is imported (before the home fixture exports its environment): the home's head is
 # a single-node loopback cluster with token auth, and a driver in this process must not rewrite 127.0.0.1 to

@@ -29,7 +29,7 @@ from rl_assets.domain.models import Reward, Trajectory
 from rl_assets.driver.planner import plan
 from rl_assets.home import Home
 from rl_assets.invariants import CheckOutcome, experiment_checks
-from rl_assets.resources.stores import Stores
+from rl_assets.stores.home_stores import Stores
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, RUBRIC_TAG
 from rl_assets.testing.expectations import cli_args, run_cli
 from rl_assets.worlds import LocalWorlds

@@ -263,3 +263,14 @@ def test_a_home_made_before_the_new_columns_gets_them_on_first_connection(home):
         with admin.cursor() as cur:
             cur.execute(f"DROP DATABASE {scratch.database} WITH (FORCE)")
         admin.close()
+
+
+def test_the_head_read_from_the_revision_files_is_alembics_head():
+    """The schema check reads the head from the files' names, so Alembic loads only to migrate; the two must agree."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(migrations._config())
+    assert migrations.head() == script.get_current_head()
+    for revision in script.walk_revisions():
+        (path,) = (Path(migrations.__file__).parent / "versions").glob(f"{revision.revision}_*.py")
+        assert migrations.REVISION_FILE.match(path.name), path.name

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import dagster as dg
 
@@ -67,6 +69,19 @@ def test_reference_run_reproduces_the_clean_table(home, stores, instance):
 
     status = json.loads(run_cli(home, "status", "--experiment", "ref", "--json").stdout)
     assert status["status"] == "done" and status["steps"] == result["steps"]
+    assert status["progress"] == "ref: 3/3 steps trained (rubric v1)" and status["observed_at"]
+
+
+def test_status_reads_the_drivers_note_and_the_ledgers_and_loads_no_orchestration_framework(home):
+    train_json(home, "--experiment", "ref")  # done already (the test above): notes its last line again
+    probe = (
+        "import sys; from rl_assets.cli import main; main(sys.argv[1:]); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'dagster_postgres', 'ray', 'torch'}))"
+    )
+    command = [sys.executable, "-c", probe, "status", "--experiment", "ref", "--home", str(home)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "ref: 3/3 steps trained (rubric v1)" and lines[-1] == "[]", proc.stdout
 
 
 def _ref_trials() -> set[str]:

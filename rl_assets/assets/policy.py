@@ -8,7 +8,7 @@ import dagster as dg
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy
-from rl_assets.resources.stores import Stores
+from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.workloads.registry import workload_of
 

@@ -23,7 +23,8 @@ from rl_assets.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.home import Home
 from rl_assets.invariants import reward_findings
 from rl_assets.resources.judge import JudgeResource
-from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.resources.stores import StoresResource
+from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.workloads.harbor.workload import task_judge
 from rl_assets.workloads.registry import workload_of

@@ -19,10 +19,11 @@ from rl_assets.domain.runtime import Runtime
 from rl_assets.domain.transcript_markdown import transcript_markdown
 from rl_assets.faults import FaultInjection
 from rl_assets.home import Home
-from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
 from rl_assets.services.policy_server import LocalPolicyServer
 from rl_assets.stores.artifacts import CorruptArtifactError
+from rl_assets.stores.home_stores import Stores
 from rl_assets.workloads.registry import workload_of
 from rl_assets.workloads.seams import Attempt
 from rl_assets.worlds import WorldTamperedError

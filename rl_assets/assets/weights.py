@@ -24,8 +24,9 @@ from rl_assets.domain.language_model import LanguageModelPolicy
 from rl_assets.domain.models import Reward, TrialSpec
 from rl_assets.domain.task_totals import task_totals
 from rl_assets.invariants import step_findings
-from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.trainer import TrainerResource
+from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.stores.training import StepSummary
 

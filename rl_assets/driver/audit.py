@@ -29,8 +29,8 @@ from dagster import DagsterInstance
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.driver.planner import materialized_partitions
-from rl_assets.resources.stores import Stores
 from rl_assets.stores.damage import Damage, DamageKind
+from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.worlds import LocalWorlds, WorldTamperedError
 

@@ -23,7 +23,7 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, Ru
 
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
-from rl_assets.resources.stores import Stores
+from rl_assets.stores.home_stores import Stores
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, RUBRIC_TAG
 
 ACTIVE_STATUSES = {
@@ -137,6 +137,23 @@ class Plan:
     @property
     def steps_trained(self) -> int:
         return self.settled + sum(1 for s in self.steps if s.trained)
+
+    def describe(self) -> str:
+        """One line: what the experiment is doing now (what ``train`` shows, and the driver notes for ``status``)."""
+        name, steps, rubric = self.config.name, self.config.steps, self.config.rubric
+        if self.worlds_missing:
+            return f"{name}: building worlds ({len(self.worlds_missing)} left)"
+        if not self.steps:
+            return f"{name}: starting"
+        if self.done:
+            return f"{name}: {steps}/{steps} steps trained (rubric {rubric})"
+        s = next(s for s in self.steps if not s.complete)
+        phase = "training" if s.train_running else ("repairing" if s.trained else "rolling out")
+        return (
+            f"{name} ({rubric}): step {s.step} ({s.step + 1} of {steps}) {phase}: "
+            f"{s.count('ok')} ok, {s.count('failed')} failed, "
+            f"{s.count('running')} running, {s.count('pending')} pending of {len(s.trials)} trials"
+        )
 
 
 def _partition_tags(partition_key: str, dims: dict[str, str] | None = None) -> dict[str, str]:

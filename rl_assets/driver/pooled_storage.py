@@ -16,7 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage
-from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+from dagster_postgres.utils import DagsterPostgresException, get_token_provider_from_config, pg_url_from_config
+
+from rl_assets.stores.database import TRANSIENT_DB_ERRORS
+
+OUTAGE_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_DB_ERRORS, DagsterPostgresException)
+"""What a lost or restarting Postgres raises through our ledgers or through Dagster's storage: waited out."""
 
 POOL_RECYCLE_S = 3600
 """A kept connection is replaced after an hour, as the webserver's are."""

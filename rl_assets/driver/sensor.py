@@ -53,9 +53,10 @@ from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Plan, give_up_o
 from rl_assets.environment import launch_tags, rescore_experiments
 from rl_assets.home import Home
 from rl_assets.jobs import judge_job, train_job, trial_job, world_job
-from rl_assets.resources.stores import Stores, StoresResource
+from rl_assets.resources.stores import StoresResource
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
 from rl_assets.settings import RESCORE_EXPERIMENTS_ENV
+from rl_assets.stores.home_stores import Stores
 from rl_assets.tags import RUBRIC_TAG
 
 LONG_POLL_S = 4.0
@@ -89,13 +90,28 @@ def _crash_if_injected(state: Stores, own: Plan) -> None:
         os.killpg(os.getsid(0), signal.SIGKILL)
 
 
+_noted: dict[tuple[str, str], str] = {}
+"""The progress line this process last wrote per (experiment, rubric): a note is written when its line changes."""
+
+
+def _note_progress(state: Stores, p: Plan, observed_at: float) -> None:
+    """Keep the plan's line for ``status`` (:mod:`rl_assets.stores.progress`)."""
+    key, line = (p.config.name, p.config.rubric), p.describe()
+    if _noted.get(key) != line:
+        state.progress.note(*key, line, p.done, observed_at)
+        _noted[key] = line
+
+
 def _experiment_plans(instance: DagsterInstance, state: Stores, name: str) -> list[Plan]:
     """The unfinished plans of an experiment: its own, or once that is done, its requested re-scorings."""
     config = state.experiments.get(name)
+    observed_at = time.time()
     own = plan(instance, state, config)
     plans = [own]
     if own.done:
         plans += [plan(instance, state, config, rubric) for rubric in state.scorings.requested(name)]
+    for p in plans:
+        _note_progress(state, p, observed_at)
     unfinished = [p for p in plans if not p.done]
     if unfinished:
         _driver_attempt(state, name)

@@ -26,7 +26,6 @@ import psycopg2
 import psycopg2.extensions
 import sqlalchemy
 import sqlalchemy.exc
-from dagster_postgres.utils import DagsterPostgresException
 
 from rl_assets.services.postgres import PostgresInfo
 from rl_assets.stores import migrations
@@ -41,9 +40,9 @@ TRANSIENT_DB_ERRORS: tuple[type[BaseException], ...] = (
     psycopg2.InterfaceError,
     sqlalchemy.exc.OperationalError,
     sqlalchemy.exc.InterfaceError,
-    DagsterPostgresException,
 )
-"""What a lost or restarting Postgres raises, through our ledgers or through Dagster's storage."""
+"""What a lost or restarting Postgres raises through our ledgers (through Dagster's storage as well:
+:data:`rl_assets.driver.pooled_storage.OUTAGE_ERRORS`)."""
 
 _migrated: set[PostgresInfo] = set()
 _migrating = threading.Lock()
