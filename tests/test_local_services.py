@@ -79,9 +79,32 @@ def _machine_addresses() -> list[str]:
     ]
 
 
-def _ray_driver(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _ray_drivers(address: str, *envs: dict[str, str]) -> list[subprocess.CompletedProcess]:
+    """A Ray driver per environment, all started at once: each tries ``ray.init`` on ``address``.
+
+    Started together because a refused driver retries for about 20 s before it gives up; they do not
+    interact (each is its own process and asks the head on its own).
+    """
     code = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); print('CONNECTED')"
-    return subprocess.run([sys.executable, "-c", code, address], env=env, capture_output=True, text=True, timeout=300)
+    args = [sys.executable, "-c", code, address]
+    procs = [
+        subprocess.Popen(
+            args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+        )
+        for env in envs
+    ]
+    done = []
+    try:
+        deadline = time.monotonic() + 300
+        for proc in procs:
+            out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+            done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done
 
 
 def _env_without_token(tmp: Path) -> dict[str, str]:
@@ -135,14 +158,11 @@ def test_every_listener_of_the_home_is_on_loopback_during_a_run(home: Path, tmp_
     assert not marker.exists(), "a job submitted without the token ran"
 
     no_token = _env_without_token(tmp_path)
-    refused = _ray_driver(os.environ["RL_ASSETS_RAY_ADDRESS"], no_token)
+    wrong_token = {**no_token, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}
+    refused, wrong, allowed = _ray_drivers(os.environ["RL_ASSETS_RAY_ADDRESS"], no_token, wrong_token, dict(os.environ))
     assert "CONNECTED" not in refused.stdout and refused.returncode != 0
     assert "auth" in refused.stderr.lower(), refused.stderr[-2000:]
-    wrong = _ray_driver(
-        os.environ["RL_ASSETS_RAY_ADDRESS"], {**no_token, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}
-    )
     assert "CONNECTED" not in wrong.stdout and wrong.returncode != 0
-    allowed = _ray_driver(os.environ["RL_ASSETS_RAY_ADDRESS"], dict(os.environ))
     assert "CONNECTED" in allowed.stdout, allowed.stderr[-2000:]
 
 
