@@ -16,15 +16,18 @@ import pytest
 
 from rl_assets.compaction import finished_runs
 from rl_assets.stores.event_compaction import DROPPED, EventCompaction
-from rl_assets.testing.expectations import run_cli, train_json
+from rl_assets.testing.expectations import cli_args, run_cli, train_json
 
 NAME = "compacted"
+FIELDS = dict(steps=2, worlds=1, prompts=1, samples=2)
+"""The smallest experiment with everything compaction acts on: worlds, trial and train runs, two chained steps
+(so a re-scoring retrains a step from a re-scored parent read after compaction)."""
 ASSETS = ("worlds", "trajectories", "rewards", "weights")
 
 
 @pytest.fixture(scope="module")
 def trained(home) -> dict:
-    return train_json(home, "--experiment", NAME, "--steps", "2")
+    return train_json(home, *cli_args(NAME, FIELDS))
 
 
 def _runs(instance) -> list[str]:

@@ -79,9 +79,37 @@ def _machine_addresses() -> list[str]:
     ]
 
 
-def _ray_driver(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    code = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); print('CONNECTED')"
-    return subprocess.run([sys.executable, "-c", code, address], env=env, capture_output=True, text=True, timeout=300)
+class _RayDrivers:
+    """A Ray driver per environment, all started at once: each tries ``ray.init`` on the home's head.
+
+    Started together, and while a run is going on, because a refused driver retries for about 20 s before
+    it gives up; they do not interact (each is its own process and asks the head on its own).
+    """
+
+    CODE = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); print('CONNECTED')"
+
+    def __init__(self, address: str, *envs: dict[str, str]) -> None:
+        self.args = [sys.executable, "-c", self.CODE, address]
+        self.procs = [
+            subprocess.Popen(
+                self.args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+            )
+            for env in envs
+        ]
+
+    def results(self, timeout: float = 300) -> list[subprocess.CompletedProcess]:
+        deadline = time.monotonic() + timeout
+        done = []
+        for proc in self.procs:
+            out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+            done.append(subprocess.CompletedProcess(self.args, proc.returncode, out, err))
+        return done
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def _env_without_token(tmp: Path) -> dict[str, str]:
@@ -90,7 +118,19 @@ def _env_without_token(tmp: Path) -> dict[str, str]:
     return env
 
 
-def test_every_listener_of_the_home_is_on_loopback_during_a_run(home: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def ray_drivers(home: Path, tmp_path: Path) -> Iterator[_RayDrivers]:
+    """Drivers without the token, with a wrong one, and with the home's: started before the test's run."""
+    no_token = _env_without_token(tmp_path)
+    wrong_token = {**no_token, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}
+    drivers = _RayDrivers(os.environ["RL_ASSETS_RAY_ADDRESS"], no_token, wrong_token, dict(os.environ))
+    yield drivers
+    drivers.close()
+
+
+def test_every_listener_of_the_home_is_on_loopback_during_a_run(
+    home: Path, tmp_path: Path, ray_drivers: _RayDrivers
+) -> None:
     train = subprocess.Popen(
         [sys.executable, "-m", "rl_assets.cli", "train", "--experiment", "listeners", "--steps", "2"]
         + ["--worlds", "1", "--prompts", "1", "--samples", "2", "--home", str(home)],
@@ -134,15 +174,10 @@ def test_every_listener_of_the_home_is_on_loopback_during_a_run(home: Path, tmp_
     assert not any(code is not None and code < 300 for code in agent_http.values()), agent_http
     assert not marker.exists(), "a job submitted without the token ran"
 
-    no_token = _env_without_token(tmp_path)
-    refused = _ray_driver(os.environ["RL_ASSETS_RAY_ADDRESS"], no_token)
+    refused, wrong, allowed = ray_drivers.results()
     assert "CONNECTED" not in refused.stdout and refused.returncode != 0
     assert "auth" in refused.stderr.lower(), refused.stderr[-2000:]
-    wrong = _ray_driver(
-        os.environ["RL_ASSETS_RAY_ADDRESS"], {**no_token, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}
-    )
     assert "CONNECTED" not in wrong.stdout and wrong.returncode != 0
-    allowed = _ray_driver(os.environ["RL_ASSETS_RAY_ADDRESS"], dict(os.environ))
     assert "CONNECTED" in allowed.stdout, allowed.stderr[-2000:]
 
 
