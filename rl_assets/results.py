@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rl_assets.batches import recorded_batch
-from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, StepResult
-from rl_assets.domain.task_totals import summed, task_totals
+from rl_assets.domain.task_totals import summed
 from rl_assets.domain.transcripts import Usage
 from rl_assets.home import Home
 from rl_assets.stores.home_stores import Stores
@@ -35,11 +34,7 @@ def step_summaries(stores: Stores, config: ExperimentConfig) -> list[tuple[Appli
         summary = summaries.get(applied.step)
         if summary is None or summary.trials_verified is None or (config.tasks and summary.task_totals is None):
             batch, _ = recorded_batch(stores, config, applied.step)
-            planned, verified = len(config.trials(applied.step)), sum(r.verified for r in batch)
-            totals = task_totals(batch) if config.tasks is not None else None
-            summary = StepSummary(
-                config.name, config.rubric, applied.step, planned, len(batch), *step_summary(batch), verified, totals
-            )
+            summary = StepSummary.of_batch(config, applied.step, batch)
         found.append((applied, summary))
     return found
 

@@ -18,11 +18,9 @@ from rl_assets.assets.partitions import STEP, trial_partition_key
 from rl_assets.assets.policy import parent_policy
 from rl_assets.assets.rubrics import run_rubric
 from rl_assets.batches import DamagedRecordError, UnsettledTrialError, step_batch
-from rl_assets.domain.bandit import step_summary
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.domain.language_model import LanguageModelPolicy
 from rl_assets.domain.models import Reward, TrialSpec
-from rl_assets.domain.task_totals import task_totals
 from rl_assets.invariants import step_findings
 from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.trainer import TrainerResource
@@ -86,13 +84,9 @@ def _train_step(
         context.log.info(f"applied {where}: version {policy.version} by actor {applied.actor_pid}")
     else:
         context.log.info(f"{where} was already applied; reusing its checkpoint")
-    mean_reward, mean_turns = step_summary(batch)
-    planned = len(config.trials(step))
-    verified = sum(r.verified for r in batch)
-    totals = task_totals(batch) if config.tasks is not None else None
-    state.training.summarize(
-        StepSummary(config.name, config.rubric, step, planned, len(batch), mean_reward, mean_turns, verified, totals)
-    )
+    summary = StepSummary.of_batch(config, step, batch)
+    state.training.summarize(summary)
+    mean_reward, mean_turns, planned = summary.mean_reward, summary.mean_turns, summary.trials_planned
     metadata: dict[str, Any] = {
         "step": step,
         "trials_planned": planned,

@@ -19,8 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from rl_assets.domain.models import Policy
-from rl_assets.domain.task_totals import TaskTotals
+from rl_assets.domain.bandit import step_summary
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.models import Policy, Reward
+from rl_assets.domain.task_totals import TaskTotals, task_totals
 from rl_assets.stores.artifacts import ArtifactStore, CorruptArtifactError
 from rl_assets.stores.database import Database
 from rl_assets.stores.locks import LockSpace, hashed, xact_lock
@@ -53,6 +55,23 @@ class StepSummary:
     """Trials the verifier passed (None in summaries older than the count)."""
     task_totals: dict[str, TaskTotals] | None = None
     """A task experiment's sums per task (None for other workloads, and for summaries older than them)."""
+
+    @classmethod
+    def of_batch(cls, config: ExperimentConfig, step: int, batch: list[Reward]) -> StepSummary:
+        """What step ``step`` of ``config``'s chain came to, from its training batch: the train step writes it;
+        a reader sums a step trained before summaries (or their newer fields) existed the same way."""
+        mean_reward, mean_turns = step_summary(batch)
+        return cls(
+            config.name,
+            config.rubric,
+            step,
+            len(config.trials(step)),
+            len(batch),
+            mean_reward,
+            mean_turns,
+            sum(r.verified for r in batch),
+            task_totals(batch) if config.tasks is not None else None,
+        )
 
 
 def _dumped(totals: dict[str, TaskTotals]) -> dict[str, dict]:
