@@ -8,6 +8,10 @@ asset's Checks tab (its checks, each succeeded), and the launchpad of ``start_ex
 its typed defaults. Every wait is an explicit condition on the page, with deadlines generous enough
 for a loaded 2-core machine.
 
+Chromium and chromedriver are system packages (``apt-get install -y chromium chromium-driver``): without
+them every test here is skipped, with that reason, before the session's home is started; with
+``RL_ASSETS_REQUIRE_BROWSER=1`` (or ``RL_ASSETS_REQUIRE_ALL=1``, for CI) their absence fails instead.
+
 With ``RL_ASSETS_SCREENSHOTS=DIR`` each view is also saved as ``DIR/<view>.png``; the README's
 pictures are made so: ``RL_ASSETS_SCREENSHOTS=docs/screenshots pytest tests/test_ui_browser.py``.
 """
@@ -38,6 +42,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
+from system_components import executable, require_component
 
 from rl_assets.definitions import load_definitions
 from rl_assets.driver.launchpad import StartExperimentConfig
@@ -48,6 +53,7 @@ from rl_assets.testing.expectations import train_json
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+BROWSER_INSTALL = "apt-get install -y chromium chromium-driver"
 SCREENSHOTS_ENV = "RL_ASSETS_SCREENSHOTS"
 UI_DEADLINE_S = 300.0
 """``rl-assets dev`` up and its code location loaded (it imports the whole code location twice)."""
@@ -59,6 +65,17 @@ EXPERIMENT = "ref"
 STEPS = [f"{EXPERIMENT}/s{s}" for s in range(3)]
 TRIALS = [f"p{p}-n{n}" for p in range(3) for n in range(2)]
 ASSETS = {"rubrics", "worlds", "trajectories", "rewards", "weights"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _browser_installed() -> None:
+    """Chromium and chromedriver present, else skip (or fail, if required) every test here.
+
+    Session-scoped and autouse, so pytest sets it up before the session's ``home`` (fixtures are set up widest
+    scope first, autouse first within a scope): nothing is started for a browser that is not there.
+    """
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not executable(path)]
+    require_component("browser", not missing, BROWSER_INSTALL, detail="no " + " and no ".join(missing))
 
 
 # --- the server ------------------------------------------------------------------------------------------------
