@@ -62,12 +62,27 @@ def instance(home: Path):
         yield inst
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the browser test first (a stable sort keeps every other order).
+E2E_FIXTURES = frozenset({"home", "fresh_home", "initialised_postgres"})
+"""Fixtures that start a home or a Postgres: ``home`` (and ``stores``, ``instance`` on it) is the session's,
+``fresh_home`` (test_local_services) a home of a test's own, ``initialised_postgres`` (test_k8s_security) a bare
+Postgres running the chart's init script."""
+E2E_MODULES = {
+    "test_real_cluster.py": "runs against a deployed cluster (skipped without KUBECONFIG)",
+}
+"""Modules that need a running deployment without any of those fixtures (e.g. started through the CLI)."""
 
-    The UI's partition grid renders the first few dozen step keys of the session's home; the experiment
-    the browser test looks for must be among them, so it is trained before the rest of the suite's.
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark as ``e2e`` every test that needs a running home (``-m "not e2e"`` is the fast tier), and run the
+    browser test first (a stable sort keeps every other order).
+
+    A test is e2e when its fixture closure holds one of :data:`E2E_FIXTURES`, or its module is one of
+    :data:`E2E_MODULES`. The UI's partition grid renders the first few dozen step keys of the session's home;
+    the experiment the browser test looks for must be among them, so it is trained before the rest of the suite's.
     """
+    for item in items:
+        if E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.path.name in E2E_MODULES:
+            item.add_marker(pytest.mark.e2e)
     items.sort(key=lambda item: not item.nodeid.startswith("tests/test_ui_browser.py"))
 
 
