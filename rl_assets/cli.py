@@ -135,6 +135,19 @@ def _resolve_rubric(home: Home, name: str, stores=None, config: ExperimentConfig
     return rubric.name
 
 
+def _preflight(checks) -> None:
+    """What the command needs of the machine, before it records anything: refused on the first failure's line."""
+    from rl_assets.preflight import PreflightError, require
+
+    try:
+        done = require(checks)
+    except PreflightError as err:
+        raise UsageError(str(err)) from None
+    for check in done:
+        if check.status == "warn":
+            print(f"rl-assets: warning: {check.line()}", file=sys.stderr)
+
+
 def _open(home: Home, with_ray: bool = True):
     from rl_assets.services.local_deployment import LocalDeployment
     from rl_assets.stores.database import Database
@@ -167,6 +180,7 @@ def _follow(
     from dagster import DagsterInstance
 
     from rl_assets.driver.audit import audit
+    from rl_assets.driver.failure_watch import FailureWatch, last_failure
     from rl_assets.driver.planner import plan, stuck_units
     from rl_assets.driver.pooled_storage import OUTAGE_ERRORS
     from rl_assets.progress_display import ProgressDisplay
@@ -179,6 +193,7 @@ def _follow(
     if not lock.acquire(wait_s=0):
         raise UsageError(f"another driver is already running experiment {config.name!r}")
     progress = ProgressDisplay()
+    rubric_name = rubric or config.rubric
 
     def current(instance):
         deadline = time.monotonic() + DB_OUTAGE_TIMEOUT_S
@@ -197,6 +212,11 @@ def _follow(
                 progress.note(f"{config.name}: the database is unavailable; waiting for it")
                 time.sleep(1.0)
 
+    def stop(reason: str) -> NoReturn:
+        """End the command on a failure that will repeat; ``status`` shows the reason until the driver moves on."""
+        stores.progress.note(config.name, rubric_name, f"{config.name}: stopped: {reason}", False, time.time())
+        raise RuntimeError(f"{reason}; see the run logs in {home.logs}")
+
     daemon = LocalDaemon(home)
     try:
         with DagsterInstance.get() as instance:
@@ -204,20 +224,23 @@ def _follow(
             for damage in audit(instance, stores, worlds, config, everything=audit_all):
                 what = f"{damage.kind} {damage.partition_key}: {damage.detail}"
                 print(f"rl-assets: {what}; regenerating it", file=sys.stderr)
+            watch = FailureWatch(instance, config.name, since=time.time())
             stores.drives.request(config.name, requested_by="cli")
-            starts = 0
+            deaths: list[str] = []
             while not (p := current(instance)).done:
                 if stuck := stuck_units(p):
-                    raise RuntimeError(
-                        f"{stuck[0].job} {stuck[0].partition_key} failed {stuck[0].failures} times; giving up; "
-                        f"see the run logs in {home.logs}"
-                    )
+                    unit = stuck[0]
+                    last = last_failure(instance, config.name, unit.job, unit.partition_key)
+                    cause = f": {last.error} (run {last.run_id})" if last is not None else ""
+                    stop(f"{unit.job} {unit.partition_key} failed {unit.failures} times; giving up{cause}")
+                if failure := watch.check():
+                    stop(f"{failure.line()}, and will again")
                 if daemon.process() is None:
-                    starts += 1
-                    if starts > MAX_DRIVER_ATTEMPTS:
-                        raise RuntimeError(
-                            f"the daemon died {MAX_DRIVER_ATTEMPTS} times; see {home.logs / 'daemon.log'}"
-                        )
+                    if deaths or daemon.session() is not None:  # it was started, and died
+                        deaths.append(daemon.last_error() or "")
+                    repeated = len(deaths) >= 2 and deaths[-1] and deaths[-1] == deaths[-2]
+                    if repeated or len(deaths) >= MAX_DRIVER_ATTEMPTS:
+                        stop(f"the daemon died {len(deaths)} times: {deaths[-1] or 'no error in its log'}")
                     progress.note(f"{config.name}: the daemon is not running; starting it")
                     daemon.ensure_running()
                 progress.plan(p)
@@ -232,9 +255,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     config, runtime = _config_from_args(args)
     home = Home.resolve(args.home)
     _resolve_rubric(home, config.rubric, config=config)  # refused before any service starts (or Dagster loads)
+    from rl_assets.preflight import for_home
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
 
+    _preflight(for_home(home, tasks=config.tasks is not None))
     stores = _open(home)
     _resolve_rubric(home, config.rubric, stores, config)  # pinned before the experiment is recorded with it
     config = _with_task_set(home, config)
@@ -277,8 +302,10 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from rl_assets.driver.planner import plan
+    from rl_assets.preflight import for_home
     from rl_assets.results import experiment_result, format_table
 
+    _preflight(for_home(home, sandbox=False))  # a re-scoring judges and trains: it runs no trial
     stores = _open(home)
     rubric = _resolve_rubric(home, args.rubric, stores)
     config = _existing(stores, args.experiment)
@@ -328,9 +355,11 @@ def cmd_fork(args: argparse.Namespace) -> int:
     _checked(check_rubric_name, args.rubric, "--rubric")
     home = Home.resolve(args.home)
     _resolve_rubric(home, args.rubric)
+    from rl_assets.preflight import for_home
     from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
 
+    _preflight(for_home(home))
     stores = _open(home)
     parent = _existing(stores, args.parent, "--from")
     rubric = _resolve_rubric(home, args.rubric, stores, parent)
@@ -457,13 +486,25 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    from rl_assets.preflight import check_port, for_home
     from rl_assets.services.daemon import LocalDaemon
     from rl_assets.services.dev_server import DevServer
 
     home = Home.resolve(args.home)
+    _preflight([*for_home(home), lambda: check_port(args.host, args.port)])
     _open(home)
     LocalDaemon(home).ensure_running()
     return DevServer(home).run(args.host, args.port)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rl_assets.preflight import check_port, for_home, run_checks, table
+
+    home = Home.resolve(args.home)
+    checks = run_checks([*for_home(home, tasks=True), lambda: check_port("127.0.0.1", args.port)])
+    for line in table(checks):
+        print(line)
+    return 1 if any(c.status == "fail" for c in checks) else 0
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -476,12 +517,14 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks_check(args: argparse.Namespace) -> int:
+    from rl_assets.preflight import check_sandbox, check_seccomp
     from rl_assets.sandbox.task_trial import run_oracle
     from rl_assets.tasks.check import check_tasks
 
     root = Path(args.dir)
     if not root.is_dir():
         raise UsageError(f"DIR: not a directory: {args.dir}")
+    _preflight([lambda: check_sandbox(tasks=True), check_seccomp])
     result = check_tasks(root, oracle=run_oracle)
     if not result.checked:
         raise UsageError(f"DIR: no task directories in {args.dir}")
@@ -616,6 +659,14 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=int, default=3000)
     dev.set_defaults(func=cmd_dev)
 
+    doctor = with_home(
+        sub.add_parser(
+            "doctor", help="check what the commands need of this machine (sandbox, home, disk, ports, code location)"
+        )
+    )
+    doctor.add_argument("--port", type=int, default=3000, help="the port `dev` would serve on (default: 3000)")
+    doctor.set_defaults(func=cmd_doctor)
+
     stop = with_home(sub.add_parser("stop", help="stop the home's background services"))
     stop.set_defaults(func=cmd_stop)
 
@@ -641,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
     args = build_parser().parse_args(argv)
     try:
-        if args.command not in ("stop", "tasks"):  # these work whatever the environment says
+        if args.command not in ("stop", "tasks", "doctor"):  # these work whatever the environment says
             _check_environment()
         return args.func(args)
     except UsageError as err:

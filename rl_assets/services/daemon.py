@@ -15,7 +15,9 @@ forkserver in it. Run workers leave it, so a run outlives a daemon restart;
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +34,8 @@ load_from:
       module_name: rl_assets.definitions
       location_name: rl_assets
 """
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Unavailable)\b.*$", re.MULTILINE)
+"""An exception's last line in a traceback (``module.SomeError: message``)."""
 
 
 class LocalDaemon:
@@ -41,6 +45,19 @@ class LocalDaemon:
         self.home = home
         self.session_file = home.services / "daemon.session"
         self.workspace = home.dagster_home / "workspace.yaml"
+        self.log = home.logs / "daemon.log"
+        self._log_start: int | None = None
+        """Where the log stood when this object last started the daemon: its errors are after it."""
+
+    def last_error(self) -> str | None:
+        """The last error line the daemon this object started wrote to its log (why it died, if it said)."""
+        if self._log_start is None:
+            return None
+        with contextlib.suppress(OSError), open(self.log, "rb") as log:
+            log.seek(self._log_start)
+            errors = [m.group(0) for m in _ERROR_LINE.finditer(log.read().decode(errors="replace"))]
+            return errors[-1].strip() if errors else None
+        return None
 
     def session(self) -> Session | None:
         return Session.load(self.session_file)
@@ -70,7 +87,8 @@ class LocalDaemon:
             session.end()
         cmd = [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", str(self.write_workspace())]
         env = {**os.environ, **self.home.private_tmp_env("daemon")}
-        with open(self.home.logs / "daemon.log", "ab") as log:
+        with open(self.log, "ab") as log:
+            self._log_start = log.tell()
             proc = subprocess.Popen(
                 cmd,
                 stdout=log,
