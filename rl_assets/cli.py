@@ -212,10 +212,10 @@ def _follow(
                 progress.note(f"{config.name}: the database is unavailable; waiting for it")
                 time.sleep(1.0)
 
-    def stop(reason: str) -> NoReturn:
+    def stop(reason: str, log: Path) -> NoReturn:
         """End the command on a failure that will repeat; ``status`` shows the reason until the driver moves on."""
         stores.progress.note(config.name, rubric_name, f"{config.name}: stopped: {reason}", False, time.time())
-        raise RuntimeError(f"{reason}; see the run logs in {home.logs}")
+        raise RuntimeError(f"{reason}; see {log}")
 
     daemon = LocalDaemon(home)
     try:
@@ -232,15 +232,18 @@ def _follow(
                     unit = stuck[0]
                     last = last_failure(instance, config.name, unit.job, unit.partition_key)
                     cause = f": {last.error} (run {last.run_id})" if last is not None else ""
-                    stop(f"{unit.job} {unit.partition_key} failed {unit.failures} times; giving up{cause}")
+                    log = home.logs / (f"run-{last.run_id}.log" if last is not None else "")
+                    stop(f"{unit.job} {unit.partition_key} failed {unit.failures} times; giving up{cause}", log)
                 if failure := watch.check():
-                    stop(f"{failure.line()}, and will again")
+                    log = home.logs / (f"run-{failure.run_id}.log" if failure.run_id else "daemon.log")
+                    stop(failure.line(), log)
                 if daemon.process() is None:
                     if deaths or daemon.session() is not None:  # it was started, and died
                         deaths.append(daemon.last_error() or "")
                     repeated = len(deaths) >= 2 and deaths[-1] and deaths[-1] == deaths[-2]
                     if repeated or len(deaths) >= MAX_DRIVER_ATTEMPTS:
-                        stop(f"the daemon died {len(deaths)} times: {deaths[-1] or 'no error in its log'}")
+                        reason = f"the daemon died {len(deaths)} times: {deaths[-1] or 'no error in its log'}"
+                        stop(reason, daemon.log)
                     progress.note(f"{config.name}: the daemon is not running; starting it")
                     daemon.ensure_running()
                 progress.plan(p)

@@ -133,8 +133,13 @@ class Home:
         base = os.environ.get(RUNTIME_BASE_ENV) or tempfile.gettempdir()
         return {RUNTIME_BASE_ENV: base, "TMPDIR": str(ensure_private_dir(self.runtime / name))}
 
+    @property
+    def layout(self) -> tuple[Path, ...]:
+        """The directories every home has."""
+        return (self.dagster_home, self.artifacts, self.worlds, self.forks, self.services, self.logs)
+
     def ensure(self) -> Home:
-        for path in (self.dagster_home, self.artifacts, self.worlds, self.forks, self.services, self.logs):
+        for path in self.layout:
             path.mkdir(parents=True, exist_ok=True)
         ensure_private_dir(self.runtime)
         return self

@@ -72,6 +72,13 @@ def check_seccomp() -> Check:
 
 
 def check_home(home: Home) -> Check:
+    if home.root.exists() and not home.root.is_dir():
+        return Check("home", "fail", f"{home.root} is not a directory", "choose another --home")
+    for path in home.layout:
+        if path.exists() and not path.is_dir():
+            return Check(
+                "home", "fail", f"{path} is not a directory", f"move it away; the home keeps its {path.name} there"
+            )
     try:
         EmbeddedPostgres(home).check()
     except HomeError as err:

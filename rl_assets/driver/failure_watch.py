@@ -37,7 +37,8 @@ class Failure:
     run_id: str | None = None
 
     def line(self) -> str:
-        return f"{self.where} failed: {self.error}"
+        before = " before starting" if self.run_id else ""
+        return f"{self.where} failed{before} {REPEATS} times alike: {self.error}"
 
 
 def _innermost(error: Any) -> Any:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
 
 import dagster as dg
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
+from dagster import DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
 
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
@@ -163,15 +164,17 @@ def _partition_tags(partition_key: str, dims: dict[str, str] | None = None) -> d
     return tags
 
 
-def _failures_since_success(runs: list[DagsterRun]) -> int:
-    """Failed or canceled runs newer than the unit's last successful one (``runs`` newest first, as stored).
+def _failures_since_success(records: list[RunRecord], since: datetime | None = None) -> int:
+    """Failed or canceled runs newer than the unit's last successful one (newest first, as stored), and created
+    after ``since`` if given.
 
     A unit repaired after a damaged record runs again though none of its runs failed; counting all its
     runs would give it up as crashing after its second repair.
     """
     failures = 0
-    for run in runs:
-        if run.status == DagsterRunStatus.SUCCESS:
+    for record in records:
+        run = record.dagster_run
+        if run.status == DagsterRunStatus.SUCCESS or (since is not None and record.create_timestamp < since):
             break
         if run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
             failures += 1
@@ -207,10 +210,10 @@ class UnitRuns:
                 tags[RUBRIC_TAG] = self.rubric
             self.load(RunsFilter(tags=tags))
 
-    def counts(self, key: str) -> tuple[bool, int, int]:
-        """(a run in flight, runs so far, runs failed since the last success) of one unit."""
+    def counts(self, key: str, since: datetime | None = None) -> tuple[bool, int, int]:
+        """(a run in flight, runs so far, runs failed since the last success, and since ``since``) of one unit."""
         rs = self.by_unit.get(key, [])
-        return in_flight(rs), len(rs), _failures_since_success([r.dagster_run for r in rs])
+        return in_flight(rs), len(rs), _failures_since_success(rs, since)
 
     def refused(self, key: str) -> bool:
         """The unit's newest run failed: a blocking asset check failed after the materialization was recorded
@@ -276,6 +279,9 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
     damaged_trials, damaged_steps = stores.damage.open_keys("trial"), stores.damage.open_keys("step")
     open_steps, frontier = _open_steps(stores, config, scoring.rubric, rescoring, damaged_trials | damaged_steps)
     runs = UnitRuns(instance, config, scoring.rubric)
+    # Worlds and training steps are given up on for their failures since the experiment was last asked for:
+    # asking again (the same command, once the cause is fixed) gives them another try.
+    asked = stores.drives.requested_at(config.name)
     base_tags = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: scoring.rubric}
     launches: list[Launch] = []
     if not rescoring:
@@ -287,7 +293,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
             built = materialized_partitions(instance, "worlds", to_check) - damaged_worlds
             worlds_missing = [w for w in config.world_ids if w in to_check and (w not in built or runs.refused(w))]
             for world_id in worlds_missing:
-                active, count, failures = runs.counts(world_id)
+                active, count, failures = runs.counts(world_id, asked)
                 if not active:
                     tags = {**base_tags, **_partition_tags(world_id)}
                     launches.append(Launch("world_job", world_id, tags, count, failures))
@@ -335,7 +341,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
                 launches.append(Launch(unit_job, key, tags, count, failures))
             trials.append(TrialStatus(trial_id, key, state, count, failures))
         trained = s < frontier and step_key in trained_keys and not runs.refused(step_key)
-        train_active, train_count, train_failures = runs.counts(step_key)
+        train_active, train_count, train_failures = runs.counts(step_key, asked)
         all_terminal = all(t.state in ("ok", "failed") for t in trials)
         chain_ready = s == 0 or (steps[-1].trained if steps and steps[-1].step == s - 1 else s - 1 < frontier)
         if all_terminal and chain_ready and not trained and not train_active:

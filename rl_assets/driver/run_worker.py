@@ -73,17 +73,31 @@ def main(run_id: str) -> int:
     return 0
 
 
+def _report_start_failure(run_id: str, err: BaseException) -> None:
+    """Fail the run with the worker's error, if it is still waiting for a worker: run monitoring would fail it
+    only at its start time-out, with no reason, and a following command could not tell a broken start from a
+    slow one."""
+    first = (str(err).strip().splitlines() or [""])[0]
+    with DagsterInstance.get() as instance:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.status in CLAIMABLE:
+            instance.report_run_failed(run, f"the run's worker could not start it: {type(err).__name__}: {first}")
+
+
 def run_in_child(run_id: str, log_path: str) -> None:
     """Entry point of a forked worker: own session, output to the run's log file."""
     os.setsid()
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
     try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
         code = main(run_id)
+    except Exception as err:
+        _report_start_failure(run_id, err)
+        raise
     finally:
         worker_file(Home.resolve(), run_id).unlink(missing_ok=True)
     sys.exit(code)

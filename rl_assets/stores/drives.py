@@ -37,6 +37,13 @@ class DriveRequests:
             )
             return dict(cur.fetchall())
 
+    def requested_at(self, experiment: str) -> datetime | None:
+        """When the experiment was last asked for (open or not); ``None`` if never."""
+        with self.db.transaction() as cur:
+            cur.execute("SELECT requested_at FROM rl_drives WHERE experiment = %s", (experiment,))
+            row = cur.fetchone()
+            return row[0] if row else None
+
     def close(self, experiment: str, requested_at: datetime) -> None:
         """Close the request found done, unless it was asked again since (``requested_at`` is what was planned)."""
         with self.db.transaction() as cur:
