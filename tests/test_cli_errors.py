@@ -53,7 +53,7 @@ def test_bad_experiment_name_is_rejected(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "command", ["train", "rescore", "fork", "rubrics", "status", "report", "export", "dev", "stop", "tasks"]
+    "command", ["train", "rescore", "fork", "rubrics", "status", "report", "export", "dev", "doctor", "stop", "tasks"]
 )
 def test_every_command_prints_its_help(command):
     """Help texts come from the config models' descriptions; one with a bare ``%`` once crashed ``--help``."""
