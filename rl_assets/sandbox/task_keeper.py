@@ -89,6 +89,7 @@ def setup(config: dict) -> list[str]:
     options = f"size={config['tmp_bytes']},nr_inodes=4096,mode=1777"
     keeper._mount("rl-assets-tmp", tmp, "tmpfs", keeper._MS_NOSUID | keeper._MS_NODEV, options)
     config["base_fd"] = os.open(base, os.O_PATH | os.O_DIRECTORY)  # the stage is about to hide /tmp
+    keeper.stage_tool(base, config["tool"])
     args = [*config["bwrap"], *keeper._stage(base, config["binds"]), *_minimal_etc(stage, config["command_uid"])]
     for target, link in config["symlinks"]:
         args += ["--symlink", target, link]

@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 
 from rl_assets.sandbox import keeper, seccomp, task_keeper
+from rl_assets.sandbox.bubblewrap import bubblewrap
 from rl_assets.sandbox.launcher import DEFAULT_LIMITS, SANDBOX_UID, bwrap_argv, die_with_parent, isolation, write_maps
 from rl_assets.sandbox.limits import AttemptCgroup, Limits
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout
@@ -135,6 +136,7 @@ class TaskShell:
             "seccomp_fd": sec,
             "workdir": self.workdir,
             "bwrap": bwrap_argv("task", seccomp_fd=task_keeper.SECCOMP_FD),
+            "tool": [list(t) for t in bubblewrap().staged],
         }
         self.cgroup = AttemptCgroup(self.limits) if self.host_uid is not None else None
         try:
