@@ -11,6 +11,7 @@ monitoring for not starting in time is left out too: a machine too loaded to sta
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ DRIVER_SENSORS = ("driver_sensor", "training_sensor")
 REPEATS = 2
 """Identical failures that make a failure one that will repeat."""
 WATCH_EVERY_S = 2.0
+OUTAGE = re.compile(
+    r"OperationalError|InterfaceError|could not connect|Connection refused|server closed the connection"
+)
+"""A database outage: the follower waits it out (and the driver goes on after it), so it never counts here."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,8 @@ class FailureWatch:
             if state.instigator_name not in DRIVER_SENSORS:
                 continue
             ticks = self.instance.get_ticks(state.instigator_origin_id, state.selector_id, after=self.since, limit=10)
-            errors = Counter(_first_line(t.error) for t in ticks if t.status.value == "FAILURE" and t.error)
+            failed = [_first_line(t.error) for t in ticks if t.status.value == "FAILURE" and t.error]
+            errors = Counter(error for error in failed if not OUTAGE.search(error))
             for error, count in errors.items():
                 if count >= REPEATS:
                     return Failure(f"sensor {state.instigator_name}", error)
@@ -119,7 +125,7 @@ class FailureWatch:
             if run.run_id not in self._runs:
                 self._runs[run.run_id] = run_failure(self.instance, run)
             error, at_start = self._runs[run.run_id]
-            if at_start:
+            if at_start and not OUTAGE.search(error):
                 seen.setdefault(error, []).append(run)
         for error, runs in seen.items():
             if len(runs) >= REPEATS:
