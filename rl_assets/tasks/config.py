@@ -5,15 +5,21 @@ every model forbids extra keys, so a misspelt key is an error naming it instead 
 silently does nothing. Types are checked as Harbor checks them (pydantic's lax mode: ``10`` is a
 valid ``timeout_sec``, ``"ten"`` is not). Written from Harbor's ``src/harbor/models/task/config.py``
 and its task documentation; the behaviour (what runs where) lives elsewhere, this is only the shape.
+
+A task is untrusted input, so every number in it is finite and bounded (:func:`_bounded`): ``nan`` would
+make ``min(timeout, cap)`` nan (no deadline at all), an infinity or ``1e9`` a limit that never comes, and
+a negative size a pod the cluster refuses. The bounds are generous (a day, a terabyte of memory) so every
+real Harbor task loads; a value out of them is refused naming its key and the value.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 NetworkMode = Literal["public", "no-network", "allowlist"]
 """Harbor's network policies: open, none, or only the ``allowed_hosts``."""
@@ -23,11 +29,63 @@ _TOPOLOGY = re.compile(r"^[1-9]\d*(x[1-9]\d*)+$")
 _SERVICE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([GMK])\s*$", re.IGNORECASE)
 
+MAX_SECONDS = 86_400
+"""The longest any duration of a task may be: a day."""
+
+
+def _finite(value: float | str) -> bool:
+    """Whether ``value`` is a finite float, or a string that is not one of nan's or infinity's spellings."""
+    try:
+        return math.isfinite(float(value))
+    except ValueError:  # not a number at all: pydantic says so in its own words
+        return True
+
+
+def _bounded(kind: type, rule: str, low: float, high: float, low_open: bool = False) -> Any:
+    """``kind`` (int or float) within ``[low, high]`` (``(low, high]`` if ``low_open``), or ``must be {rule}``.
+
+    A boolean is no number here (pydantic's lax mode would read ``true`` as 1), and nan fails every
+    comparison, so it is refused with the rest, before pydantic's own message about it.
+    """
+    message = f"must be {rule}"
+
+    def not_a_bool_or_nan(value: Any) -> Any:
+        if isinstance(value, bool) or (isinstance(value, float | str) and not _finite(value)):
+            raise ValueError(message)
+        return value
+
+    def within(value: int | float) -> int | float:
+        if not (low < value if low_open else low <= value) or not value <= high:
+            raise ValueError(message)
+        return value
+
+    return Annotated[kind, BeforeValidator(not_a_bool_or_nan), AfterValidator(within)]
+
+
+Seconds = _bounded(float, f"a finite number of seconds greater than 0 and at most {MAX_SECONDS}", 0, MAX_SECONDS, True)
+"""A timeout or an interval."""
+Delay = _bounded(float, f"a finite number of seconds from 0 to {MAX_SECONDS}", 0, MAX_SECONDS)
+"""A wait that may be none."""
+MAX_CPUS = 1024
+MAX_MEMORY_MB = 1_048_576
+"""1 TiB."""
+MAX_STORAGE_MB = 10_485_760
+"""10 TiB."""
+Cpus = _bounded(int, f"a whole number of CPUs from 1 to {MAX_CPUS}", 1, MAX_CPUS)
+MemoryMB = _bounded(int, f"a whole number of MB from 1 to {MAX_MEMORY_MB}", 1, MAX_MEMORY_MB)
+StorageMB = _bounded(int, f"a whole number of MB from 1 to {MAX_STORAGE_MB}", 1, MAX_STORAGE_MB)
+Gpus = _bounded(int, "a whole number of GPUs from 0 to 64", 0, 64)
+Retries = _bounded(int, "a whole number from 0 to 1000", 0, 1000)
+Concurrency = _bounded(int, "a whole number from 1 to 1024", 1, 1024)
+Count = _bounded(int, "a whole number from 0 to 1000000", 0, 1_000_000)
+UserId = _bounded(int, "a user id from 0 to 4294967294", 0, 4_294_967_294)
+FiniteFloat = _bounded(float, "a finite number", -math.inf, math.inf)
+
 
 class Section(BaseModel):
     """A table of ``task.toml``: unknown keys are refused, values are checked against their types."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class _PhaseNetwork(Section):
@@ -72,11 +130,11 @@ class HealthcheckConfig(Section):
     """Docker-HEALTHCHECK-like readiness probe run after the environment starts."""
 
     command: str
-    interval_sec: float = 5.0
-    timeout_sec: float = 30.0
-    start_period_sec: float = 0.0
-    start_interval_sec: float = 5.0
-    retries: int = 3
+    interval_sec: Seconds = 5.0
+    timeout_sec: Seconds = 30.0
+    start_period_sec: Delay = 0.0
+    start_interval_sec: Seconds = 5.0
+    retries: Retries = 3
 
 
 class TpuSpec(Section):
@@ -119,13 +177,13 @@ class MCPServerConfig(Section):
 class EnvironmentConfig(Section):
     """``[environment]`` (and ``[verifier.environment]``): where the agent runs and what it may use."""
 
-    build_timeout_sec: float = 600.0
+    build_timeout_sec: Seconds = 600.0
     docker_image: str | None = None
     os: Literal["linux", "windows"] = "linux"
-    cpus: int | None = None
-    memory_mb: int | None = None
-    storage_mb: int | None = None
-    gpus: int | None = None
+    cpus: Cpus | None = None
+    memory_mb: MemoryMB | None = None
+    storage_mb: StorageMB | None = None
+    gpus: Gpus | None = None
     gpu_types: list[str] | None = None
     tpu: TpuSpec | None = None
     network_mode: NetworkMode | None = None
@@ -146,7 +204,7 @@ class EnvironmentConfig(Section):
 
     @model_validator(mode="after")
     def _legacy_and_network(self) -> EnvironmentConfig:
-        for old, new in (("memory", "memory_mb"), ("storage", "storage_mb")):
+        for old, new, high in (("memory", "memory_mb", MAX_MEMORY_MB), ("storage", "storage_mb", MAX_STORAGE_MB)):
             size = getattr(self, old)
             if size is None:
                 continue
@@ -154,7 +212,12 @@ class EnvironmentConfig(Section):
             if not match:
                 raise ValueError(f"{old}: expected a size like '2G' or '512M'")
             number, unit = float(match[1]), match[2].upper()
+            rule = f"{new} must be a whole number of MB from 1 to {high}"
+            if not number <= high * 1024:  # also inf (hundreds of digits), which int() cannot convert
+                raise ValueError(f"{old}: more than {high} MB; {rule}")
             mb = int(number * 1024) if unit == "G" else int(number) if unit == "M" else int(number / 1024)
+            if not 1 <= mb <= high:  # set below without validation: bounded here as the key itself is
+                raise ValueError(f"{old}: {size.strip()} is {mb} MB; {rule}")
             current = getattr(self, new)
             if current is not None and current != mb:
                 raise ValueError(f"{old} ({mb} MB) conflicts with {new} ({current})")
@@ -178,15 +241,15 @@ class ContinuousVerificationConfig(Section):
     watch_dir: str = "/app/submissions/queue"
     results_dir: str = "/app/submissions/results"
     return_results_to_agent: bool = True
-    poll_interval_sec: float = Field(default=5.0, gt=0)
-    max_concurrent: int = Field(default=1, ge=1)
-    max_submissions: int | None = None
+    poll_interval_sec: Seconds = 5.0
+    max_concurrent: Concurrency = 1
+    max_submissions: Count | None = None
     drain_pending_on_stop: bool = False
     shared_scheduler_lock_path: str | None = None
     shared_result_cache_dir: str | None = None
     reuse_matching_result_for_final: bool = False
     submission_path: str = "/app/submission/policy.pt"
-    timeout_sec: float | None = None
+    timeout_sec: Seconds | None = None
     artifact_name: str = "continuous"
 
 
@@ -195,8 +258,8 @@ class VerifierCollectConfig(Section):
 
     command: str
     service: str = "main"
-    timeout_sec: float = 60.0
-    user: str | int | None = None
+    timeout_sec: Seconds = 60.0
+    user: str | UserId | None = None
 
     @field_validator("service")
     @classmethod
@@ -209,9 +272,9 @@ class VerifierCollectConfig(Section):
 class VerifierConfig(_PhaseNetwork):
     """``[verifier]``: how ``tests/test.sh`` runs once the agent is done."""
 
-    timeout_sec: float = 600.0
+    timeout_sec: Seconds = 600.0
     env: dict[str, str] = Field(default_factory=dict)
-    user: str | int | None = None
+    user: str | UserId | None = None
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentConfig | None = None
     continuous: ContinuousVerificationConfig = Field(default_factory=ContinuousVerificationConfig)
@@ -232,8 +295,8 @@ class VerifierConfig(_PhaseNetwork):
 class AgentConfig(_PhaseNetwork):
     """``[agent]``: limits of the agent's run (no ``timeout_sec``: no timeout)."""
 
-    timeout_sec: float | None = None
-    user: str | int | None = None
+    timeout_sec: Seconds | None = None
+    user: str | UserId | None = None
 
 
 class SolutionConfig(Section):
@@ -264,7 +327,7 @@ class StepConfig(Section):
     name: str
     agent: AgentConfig = Field(default_factory=AgentConfig)
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
-    min_reward: float | dict[str, float] | None = None
+    min_reward: FiniteFloat | dict[str, FiniteFloat] | None = None
     healthcheck: HealthcheckConfig | None = None
     artifacts: list[str | ArtifactConfig] = Field(default_factory=list)
 

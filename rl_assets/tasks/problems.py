@@ -18,8 +18,9 @@ from pydantic import ValidationError
 from rl_assets.domain.names import shown
 
 _TABLE_ERRORS = {"model_type", "dict_type", "model_attributes_type"}
-_UNION_MEMBER = re.compile(r"^(str|int|float|bool|list\[.*\]|dict\[.*\]|[A-Z][A-Za-z]+)$")
-"""How pydantic names a union's member in an error path; Harbor's keys are all lowercase snake case."""
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|list\[.*\]|dict\[.*\]|function-[a-z]+\[.*\]|[A-Z][A-Za-z]+)$")
+"""How pydantic names a union's member in an error path (a bounded number: ``function-after[...]``); Harbor's
+keys are all lowercase snake case."""
 
 
 def _walk(data: Any, loc: tuple[int | str, ...]) -> tuple[list[str], Any, bool, str | None]:
