@@ -5,7 +5,8 @@ the same bubblewrap sandbox, keeper and limits as the reference agent, with the 
 files beside it. Each case then checks from outside: the host is untouched, the trial failed or was
 scored on trusted evidence only, Postgres answers and its ledgers are unchanged, and no process or
 mount of the attempt is left. Every case runs twice: launched by root, and launched by a child process
-that dropped to ``nobody`` (no cgroup then: the rlimits and the user namespace hold alone).
+that dropped to ``nobody`` (no cgroup then: the rlimits and the user namespace hold alone). The cases on the
+sandbox's own limits (``launch``) need no home; the others (``attack``) check Postgres too.
 """
 
 from __future__ import annotations
@@ -161,10 +162,10 @@ def _attempt_cgroups() -> set[Path]:
 
 
 @pytest.fixture
-def attack(caller: str, arena: Path, home: Path, stores: Stores) -> Callable[..., Outcome]:
-    """Run a hostile rollout through the real launcher; afterwards check that it left nothing and harmed nothing."""
+def launch(caller: str, arena: Path) -> Iterator[Callable[..., Outcome]]:
+    """Run a hostile rollout through the real launcher; afterwards check that it left nothing behind."""
     worlds = LocalWorlds(arena / "worlds", arena / "forks")
-    ledgers, namespaces, mounts, cgroups = _ledger_counts(stores), _user_namespaces(), _mounts(), _attempt_cgroups()
+    namespaces, mounts, cgroups = _user_namespaces(), _mounts(), _attempt_cgroups()
 
     def run(name: str, params: dict, limits: Limits | None = None, timeout_s: float = 30) -> Outcome:
         limits = limits or Limits()
@@ -182,7 +183,6 @@ def attack(caller: str, arena: Path, home: Path, stores: Stores) -> Callable[...
         return Outcome(Rollout.model_validate_json(rollout) if rollout else None, error, seconds)
 
     yield run
-    assert _ledger_counts(stores) == ledgers, "Postgres answers and its ledgers are unchanged"
     deadline = time.monotonic() + 5  # a SIGKILLed process takes a moment to leave the process table
     while (left := _sandbox_processes(namespaces)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -191,6 +191,14 @@ def attack(caller: str, arena: Path, home: Path, stores: Stores) -> Callable[...
     assert not any("rl-assets-fork" in m for m in _mounts())
     assert _attempt_cgroups() == cgroups == set(), "the attempt's cgroups are removed"
     assert list((arena / "forks").iterdir()) == [], "the fork is removed"
+
+
+@pytest.fixture
+def attack(launch: Callable[..., Outcome], stores: Stores) -> Iterator[Callable[..., Outcome]]:
+    """:func:`launch`, and afterwards: Postgres answers and its ledgers are unchanged (the session's home)."""
+    ledgers = _ledger_counts(stores)
+    yield launch
+    assert _ledger_counts(stores) == ledgers, "Postgres answers and its ledgers are unchanged"
 
 
 def _host_targets(arena: Path, home: Path) -> dict[str, Path]:
@@ -349,3 +357,24 @@ def test_sleeping_past_the_timeout_is_killed(attack):
     out = attack("sleep_forever", {}, timeout_s=2)
     assert out.rollout is None and out.error.startswith(SandboxTimeout.__name__), out.error
     assert out.seconds < 8
+
+
+# -- the sandbox's own limits: no home needed ---------------------------------------
+
+
+FILL_TARGETS = ["/dev/shm", "/dev", "/tmp", "/run", "/fork"]
+
+
+def test_filling_dev_shm_and_every_tmpfs_stops_at_the_attempts_quota(launch):
+    """bubblewrap's ``/dev`` is a tmpfs of half the host's memory, owned by the sandbox's uid: ``/dev/shm`` (and
+    ``/dev`` itself) must be sized and counted against the attempt's quota, whoever launched it, since tmpfs pages
+    count against no rlimit and (unprivileged) no cgroup. Every fill is held at once, then measured on the host."""
+    limits = Limits(fork_bytes=8 << 20)
+    out = launch("fill_tmpfs", {"targets": FILL_TARGETS, "mib": 512}, limits=limits)
+    written, error = out.seen["written_mib"], out.seen["error"]
+    assert error["/dev/shm"] == "ENOSPC" and written["/dev/shm"] <= 8, out.seen
+    assert error["/dev"] in {"EROFS", "EACCES"} and written["/dev"] == 0, out.seen
+    for absent in ("/tmp", "/run"):
+        assert error[absent] == "ENOENT" or (error[absent] == "ENOSPC" and written[absent] <= 8), out.seen
+    assert sum(written.values()) <= 8, f"the attempt held more than its quota: {out.seen}"
+    assert out.seen["shmem_mib"] < 128, f"the host's shared memory took the writes: {out.seen}"

@@ -2,12 +2,13 @@
 
 Run as ``python -I -S keeper.py`` (standard library only) by the launcher, which writes this process's
 uid and gid maps after it has made its own user and mount namespaces. As root of those (and of nothing
-else) it mounts, in its private mount namespace only, a size-limited tmpfs for the overlay's upper and
-work dirs (a full fork fails that trial, not the host's disk), the overlay of the sealed world, and the
-read-only runtime files, then starts bubblewrap, which pivots into the minimal tree as an unprivileged
-uid with no capability. When bubblewrap has exited it reports the trusted evidence (exit status, the
-files written, ``answer.txt``) on its stdout and exits; its mounts vanish with its namespace, even on
-SIGKILL. The launcher sends one JSON config line and reads one JSON report line.
+else) it mounts, in its private mount namespace only, the attempt's quota (a size-limited tmpfs for the
+overlay's upper and work dirs and the sandbox's ``/dev/shm``: a full fork fails that trial, not the host's
+disk or memory), the overlay of the sealed world, and the read-only runtime files, then starts bubblewrap,
+which pivots into the minimal tree as an unprivileged uid with no capability. When bubblewrap has exited
+it reports the trusted evidence (exit status, the files written, ``answer.txt``) on its stdout and exits;
+its mounts vanish with its namespace, even on SIGKILL. The launcher sends one JSON config line and reads
+one JSON report line.
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ def stage_tool(base: str, tool: list[list[str]]) -> None:
         _mount(source, point, None, _MS_BIND | _MS_REC)
 
 
+def _stage_shm(base: str) -> list[str]:
+    """Bind the quota's ``shm`` into the stage; the arguments that make it the sandbox's ``/dev/shm``."""
+    point = os.path.join(base, "stage", "shm")
+    os.mkdir(point)
+    _mount(os.path.join(base, "quota", "shm"), point, None, _MS_BIND)
+    return ["--bind", os.path.join(STAGE_POINT, "shm"), "/dev/shm"]
+
+
 def _stage(base: str, binds: list[list[str]]) -> list[str]:
     """Bind each runtime source under ``base/stage``, readable by the sandbox's uid whatever its parents' modes."""
     stage = os.path.join(base, "stage")
@@ -74,19 +83,24 @@ def _stage(base: str, binds: list[list[str]]) -> list[str]:
 
 
 def _fork(config: dict, uid: int) -> None:
-    """The fork, mounted at ``base/stage/fork``: an overlay whose writes land on the quota tmpfs, or the copy."""
+    """The attempt's quota tmpfs at ``base/quota``, and the fork at ``base/stage/fork``: an overlay whose writes land
+    on the quota, or the copy. The quota also holds ``shm`` (the sandbox's ``/dev/shm``), so the fork's writes and
+    ``/dev/shm`` together hold at most ``quota_bytes``, whoever launched the attempt."""
     base = config["base"]
     point = os.path.join(base, "stage", "fork")
     os.mkdir(point)
+    quota = os.path.join(base, "quota")
+    _mount(
+        "rl-assets-fork",
+        quota,
+        "tmpfs",
+        _MS_NOSUID | _MS_NODEV,
+        f"size={config['quota_bytes']},nr_inodes=4096,mode=0755",
+    )
+    os.mkdir(os.path.join(quota, "shm"))
+    os.chown(os.path.join(quota, "shm"), uid, uid)
+    os.chmod(os.path.join(quota, "shm"), 0o1777)
     if config["overlay"]:
-        quota = os.path.join(base, "quota")
-        _mount(
-            "rl-assets-fork",
-            quota,
-            "tmpfs",
-            _MS_NOSUID | _MS_NODEV,
-            f"size={config['quota_bytes']},nr_inodes=4096,mode=0755",
-        )
         for d in ("upper", "work"):
             os.mkdir(os.path.join(quota, d))
             os.chown(os.path.join(quota, d), uid, uid)
@@ -191,7 +205,7 @@ def main() -> int:
         _fork(config, config["sandbox_uid"])
         _hold(config)
         stage_tool(base, config["tool"])
-        argv = [*config["bwrap"], *_stage(base, config["binds"])]
+        argv = [*config["bwrap"], *_stage(base, config["binds"]), *_stage_shm(base)]
         _mount(os.path.join(base, "stage"), STAGE_POINT, None, _MS_MOVE)
         for hidden in config["hidden"]:
             argv += ["--tmpfs", hidden, "--remount-ro", hidden]

@@ -181,14 +181,18 @@ def write_maps(pid: int, sandbox_host_uid: int | None) -> None:
 def bwrap_argv(hostname: str, seccomp_fd: int, setenv: dict[str, str] | None = None) -> list[str]:
     """Bubblewrap's boundary, the same for every sandbox: new namespaces of every kind (no network), uid and
     gid 1000, no capability, a new session, dead with its parent, a clean environment, the seccomp filter on
-    ``seccomp_fd``, a fresh ``/proc`` and a minimal ``/dev``. Callers append their mounts and command, and give
-    the keeper ``bubblewrap().staged`` to stage (the binary's path is the keeper's view of it)."""
+    ``seccomp_fd``, a fresh ``/proc`` and a minimal, read-only ``/dev``. Callers append their mounts and command,
+    and give the keeper ``bubblewrap().staged`` to stage (the binary's path is the keeper's view of it).
+
+    bubblewrap's ``/dev`` is a tmpfs of half the host's memory owned by the sandbox's uid, with ``/dev/shm`` a
+    directory on it: read-only, it holds nothing, and the keeper mounts the attempt's own sized ``/dev/shm`` on it
+    (its device nodes and ``/dev/pts`` are mounts of their own, writable as before)."""
     argv = [bubblewrap().keeper_path, "--unshare-all", "--unshare-user", "--disable-userns"]
     argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", hostname, "--cap-drop", "ALL"]
     argv += ["--new-session", "--die-with-parent", "--clearenv"]
     for name, value in (setenv or {}).items():
         argv += ["--setenv", name, value]
-    return [*argv, "--seccomp", str(seccomp_fd), "--proc", "/proc", "--dev", "/dev"]
+    return [*argv, "--seccomp", str(seccomp_fd), "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
 
 
 def run_sandbox(

@@ -5,6 +5,10 @@ A cgroup per attempt (v2 where a writable unified hierarchy has the controllers,
 every process of the attempt is in it, however it renamed or re-parented itself, so the launcher kills
 and checks by it. Where no cgroup is writable (an unprivileged caller), the rlimits remain: per-uid
 ``RLIMIT_NPROC`` (counted in the sandbox's own user namespace), ``RLIMIT_AS`` and ``RLIMIT_CPU``.
+
+Memory held in a tmpfs counts against no rlimit, and against no cgroup for an unprivileged caller, so every
+tmpfs a sandbox can write is sized, whoever launched it: the attempt's quota (:attr:`Limits.fork_bytes`)
+holds the fork's writes and ``/dev/shm``; bubblewrap's own ``/dev`` (half the host's memory) is read-only.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ class Limits:
     memory_bytes: int = 512 << 20
     cpu_cores: float = 1.0
     fork_bytes: int = 64 << 20
-    """The overlay's upper dir (the fork's writes) is a tmpfs of this size."""
+    """The attempt's quota: a tmpfs of this size holds the overlay's upper dir (the fork's writes) and the sandbox's
+    ``/dev/shm``. A task attempt's ``/tmp`` is a second tmpfs of this size, and a trusted phase of a task (the
+    verifier) gets a fresh ``/tmp`` and ``/dev/shm`` of this size each."""
     file_bytes: int = 64 << 20
     open_files: int = 256
     address_space_bytes: int = 4 << 30

@@ -10,7 +10,10 @@ its own user and mount namespaces (and of nothing else) it mounts, in its privat
   copy), *adopted* by the sandbox's uid (owner and ``u+w`` on every entry, which copies the world up
   into the quota: tasks' plain-file environments are small), so an agent may edit what it was given,
   as root in Harbor's container may, while the world underneath is never written;
-- a second size-limited tmpfs, the attempt's ``/tmp``, kept across the agent's commands;
+- the agent's ``/dev/shm``, a directory on that quota (so the fork's writes and it share its size), and
+  a second size-limited tmpfs, the attempt's ``/tmp``, both kept across the agent's commands (a trusted
+  phase gets a fresh ``/tmp`` and ``/dev/shm`` of that size instead); bubblewrap's own ``/dev`` is
+  read-only, so no tmpfs a command can write is unsized, whoever launched the attempt;
 - the machine's system directories, read-only, and a minimal ``/etc`` (a few files a base image has,
   and a ``passwd`` naming the sandbox's uid: never the host's ``/etc`` with its service configs).
 
@@ -90,6 +93,7 @@ def setup(config: dict) -> list[str]:
     keeper._mount("rl-assets-tmp", tmp, "tmpfs", keeper._MS_NOSUID | keeper._MS_NODEV, options)
     config["base_fd"] = os.open(base, os.O_PATH | os.O_DIRECTORY)  # the stage is about to hide /tmp
     keeper.stage_tool(base, config["tool"])
+    config["shm_args"] = keeper._stage_shm(base)
     args = [*config["bwrap"], *keeper._stage(base, config["binds"]), *_minimal_etc(stage, config["command_uid"])]
     for target, link in config["symlinks"]:
         args += ["--symlink", target, link]
@@ -101,8 +105,9 @@ def _argv(config: dict, common: list[str], request: dict, points: list[str]) -> 
     argv = list(common)
     if request["fresh_tmp"]:
         argv += ["--size", str(config["tmp_bytes"]), "--tmpfs", "/tmp"]
+        argv += ["--size", str(config["tmp_bytes"]), "--perms", "1777", "--tmpfs", "/dev/shm"]
     else:
-        argv += ["--bind", os.path.join(keeper.STAGE_POINT, "tmp"), "/tmp"]
+        argv += ["--bind", os.path.join(keeper.STAGE_POINT, "tmp"), "/tmp", *config["shm_args"]]
     for point, (_, dest) in zip(points, request["mounts"], strict=True):
         argv += ["--bind", point, dest]
     for name, value in request["env"].items():

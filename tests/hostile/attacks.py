@@ -1,9 +1,9 @@
 """A hostile rollout: runs *as the rollout*, inside the real sandbox (bound as ``/app/main.py``), test-only.
 
-It reads ``/app/attack.json`` (``{"name": ..., "params": {...}}``), tries that escape for real (syscalls
-through ctypes, files, sockets, processes), and writes what it observed into ``answer.txt`` (the one
-channel the harness reads back, capped), so a test can check from outside both the host's state and what
-the sandbox saw. Standard library only, like any rollout.
+It reads ``/app/attack.json`` (``{"name": ..., "params": {...}}``; in the task sandbox, the file its command
+names), tries that escape for real (syscalls through ctypes, files, sockets, processes), and writes what it
+observed into ``answer.txt`` (the one channel the harness reads back, capped), so a test can check from
+outside both the host's state and what the sandbox saw. Standard library only, like any rollout.
 """
 
 from __future__ import annotations
@@ -154,6 +154,40 @@ def fill_fork(params: dict) -> dict:
     return {"written_mib": written, "error": error}
 
 
+def _meminfo_mib() -> dict[str, int]:
+    """The host's memory (``/proc/meminfo`` is the machine's, also inside the sandbox), in MiB."""
+    with open("/proc/meminfo") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return {name: int(fields[name].split()[0]) >> 10 for name in ("Shmem", "MemAvailable")}
+
+
+def fill_tmpfs(params: dict) -> dict:
+    """Fill every writable directory given with 1 MiB files, all held at once; how far each got, and how much of the
+    host's shared memory (tmpfs pages) it held at the peak. The files are removed before the answer is written."""
+    chunk = b"t" * (1 << 20)
+    before = _meminfo_mib()
+    written, errors, made = {}, {}, []
+    for target in params["targets"]:
+        written[target], errors[target] = 0, ""
+        try:
+            for i in range(params["mib"]):
+                path = os.path.join(target, f"rl_fill_{i:05d}.bin")
+                with open(path, "wb") as f:
+                    made.append(path)
+                    f.write(chunk)
+                written[target] += 1
+        except OSError as err:
+            errors[target] = errno.errorcode.get(err.errno, str(err.errno))
+    after = _meminfo_mib()
+    for path in made:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    held = {name: after[name] - before[name] for name in after}
+    return {"written_mib": written, "error": errors, "shmem_mib": held["Shmem"], "available_mib": held["MemAvailable"]}
+
+
 def print_flood(params: dict) -> dict:
     chunk = "y" * (1 << 20) + "\n"
     for _ in range(params["mib"]):
@@ -211,12 +245,13 @@ def sleep_forever(params: dict) -> dict:
 
 ATTACKS = {f.__name__: f for f in (
     mount_setattr, remount, write_outside, read_world_directly, read_secrets, connect_tcp, connect_unix, ptrace,
-    namespaces, fork_bomb, fill_fork, print_flood, forged_result, import_grader, observe, write_files, sleep_forever,
+    namespaces, fork_bomb, fill_fork, fill_tmpfs, print_flood, forged_result, import_grader, observe,
+    write_files, sleep_forever,
 )}  # fmt: skip
 
 
 def main() -> int:
-    with open("/app/attack.json") as f:
+    with open(sys.argv[1] if len(sys.argv) > 1 else "/app/attack.json") as f:  # a task's command names it
         attack = json.load(f)
     sys.stdin.readline()  # the task, unused: a hostile rollout does what it likes
     seen = ATTACKS[attack["name"]](attack["params"])
