@@ -6,7 +6,10 @@ files beside it. Each case then checks from outside: the host is untouched, the 
 scored on trusted evidence only, Postgres answers and its ledgers are unchanged, and no process or
 mount of the attempt is left. Every case runs twice: launched by root, and launched by a child process
 that dropped to ``nobody`` (no cgroup then: the rlimits and the user namespace hold alone). The cases on the
-sandbox's own limits (``launch``) need no home; the others (``attack``) check Postgres too.
+sandbox's own limits and mount table (``launch``) need no home; the others (``attack``) check Postgres too.
+
+The home and the fork are under paths holding :data:`MARKER` (the arena's name, the fork's owner), so a host
+path showing through the sandbox's mount table is found by name.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ NOBODY = 65534
 UNPRIVILEGED_PYTHON = "/usr/bin/python3.11"
 """The launcher's interpreter for the unprivileged caller: root's pyenv under /root is not reachable by nobody."""
 LEDGERS = ("rl_experiments", "rl_generation_attempts", "rl_verdicts", "rl_judge_calls")
+MARKER = "SECRETHOMEMARKER"
+"""In the arena's path (where the home's worlds and forks are) and in the fork's owner (an experiment and trial)."""
+OWNER = f"experiment-{MARKER}-trial"
 
 
 @dataclass
@@ -72,7 +78,7 @@ def _hostile(workdir: Path, attack: str, params: dict, interpreter: str) -> Agen
 def _launch(worlds: LocalWorlds, program: AgentProgram, limits: Limits, timeout_s: float) -> Outcome:
     start = time.monotonic()
     try:
-        with worlds.fork("w0", "hostile", "a0", overlay=True) as fork:
+        with worlds.fork("w0", OWNER, "a0", overlay=True) as fork:
             rollout = run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork), timeout_s, program, limits)
         return Outcome(rollout, None, time.monotonic() - start)
     except Exception as err:  # the trial failed: what matters is that nothing escaped
@@ -100,7 +106,7 @@ def caller(request) -> str:
 @pytest.fixture
 def arena(caller: str) -> Iterator[Path]:
     """A world-traversable directory for the world (built by root) and the forks (owned by the caller)."""
-    root = Path(tempfile.mkdtemp(prefix="rl-assets-attack-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix=f"rl-assets-attack-{MARKER}-", dir="/tmp"))
     root.chmod(0o755)
     worlds = LocalWorlds(root / "worlds", root / "forks")
     worlds.ensure_built("w0")
@@ -359,7 +365,7 @@ def test_sleeping_past_the_timeout_is_killed(attack):
     assert out.seconds < 8
 
 
-# -- the sandbox's own limits: no home needed ---------------------------------------
+# -- the sandbox's own limits and mount table: no home needed ---------------------------------------
 
 
 FILL_TARGETS = ["/dev/shm", "/dev", "/tmp", "/run", "/fork"]
@@ -378,3 +384,10 @@ def test_filling_dev_shm_and_every_tmpfs_stops_at_the_attempts_quota(launch):
         assert error[absent] == "ENOENT" or (error[absent] == "ENOSPC" and written[absent] <= 8), out.seen
     assert sum(written.values()) <= 8, f"the attempt held more than its quota: {out.seen}"
     assert out.seen["shmem_mib"] < 128, f"the host's shared memory took the writes: {out.seen}"
+
+
+def test_the_mount_table_names_no_host_path(launch):
+    """``/proc/mounts`` and ``mountinfo`` inside the sandbox show no path of the home, the world or the fork (the
+    overlay's options, a bind mount's root), so neither the home's location nor an experiment's or trial's name."""
+    out = launch("read_mounts", {"marker": MARKER})
+    assert out.seen == {"/proc/mounts": [], "/proc/self/mountinfo": [], "/proc/1/mountinfo": []}, out.seen

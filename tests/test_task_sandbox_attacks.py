@@ -1,10 +1,11 @@
-"""The task sandbox's own limits, attacked from an agent's command, launched as root and as nobody.
+"""The task sandbox's own limits and mount table, attacked from an agent's command, launched as root and as nobody.
 
 Each case runs a whole attempt (a world, an overlay fork, a :class:`~rl_assets.sandbox.task_shell.TaskShell`) in
 a child process: as root (the sandbox then runs as a fresh unprivileged host uid, inside an attempt cgroup) and
 as ``nobody`` (no cgroup: the sandbox's sizes and rlimits hold alone). The commands are the hostile rollout's own
-attacks (``tests/hostile/attacks.py``, copied into the world and run by the task's ``python3``). No home is
-needed.
+attacks (``tests/hostile/attacks.py``, copied into the world and run by the task's ``python3``). The home and the
+fork are under paths holding :data:`MARKER`, so a host path showing through the sandbox's mount table is found by
+name. No home is needed.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ with worlds.fork("w", f"experiment-{marker}-trial", "a0", overlay=True) as fork:
             run = shell.run_phase if name.startswith("phase") else shell.run
             result = run(command, 120, {}, {}) if name.startswith("phase") else run(command, 120)
             seen[name] = result.output
+        seen["tables"] = shell.run("cat /proc/mounts; echo; cat /proc/self/mountinfo", 10).output
 print(json.dumps(seen))
 """
 
@@ -65,7 +67,7 @@ def caller(request) -> str:
 
 def _attempt(caller: str, attacks: dict[str, dict]) -> dict[str, str]:
     """Run ``attacks`` (``{name: {"name": attack, "params": ...}}``; a name starting ``phase`` runs as a trusted
-    phase) as an agent's commands in one attempt launched by ``caller``; what each printed."""
+    phase) as an agent's commands in one attempt launched by ``caller``; what each printed, and the mount tables."""
     repo = Path(__file__).parents[1]
     args = [ATTEMPT, MARKER, str(QUOTA_MIB), str(HOSTILE), json.dumps(attacks)]
     if caller == "root":
@@ -102,3 +104,11 @@ def test_filling_dev_shm_and_every_tmpfs_stops_at_the_attempts_quota(caller):
         assert error["/run"] == "ENOENT" or (error["/run"] == "ENOSPC" and written["/run"] <= QUOTA_MIB), (name, seen)
         assert sum(written.values()) <= sizes * QUOTA_MIB, f"{name} held more than its sizes: {seen}"
         assert seen["shmem_mib"] < 128, f"the host's shared memory took {name}'s writes: {seen}"
+
+
+def test_the_mount_table_names_no_host_path(caller):
+    """An agent's command sees no path of the home, the world or the fork in ``/proc/mounts`` or ``mountinfo``."""
+    tables = _attempt(caller, {})["tables"]
+    assert " /proc proc " in tables and " - overlay rl-assets-fork " in tables, tables[-2000:]
+    leaks = [line for line in tables.splitlines() if MARKER in line]
+    assert leaks == [], "\n".join(leaks)

@@ -9,6 +9,11 @@ which pivots into the minimal tree as an unprivileged uid with no capability. Wh
 it reports the trusted evidence (exit status, the files written, ``answer.txt``) on its stdout and exits;
 its mounts vanish with its namespace, even on SIGKILL. The launcher sends one JSON config line and reads
 one JSON report line.
+
+Nothing in the sandbox's mount table names a host path of the home, the world or the fork: the overlay is
+mounted with paths relative to the attempt's directory (``/proc/mounts`` shows its options as given), and
+the agent's files are copied into the stage tmpfs rather than bound (a bind mount's root in ``mountinfo``
+is its source's path on its filesystem). The runtime files show their own system paths.
 """
 
 from __future__ import annotations
@@ -59,6 +64,30 @@ def stage_tool(base: str, tool: list[list[str]]) -> None:
         _mount(source, point, None, _MS_BIND | _MS_REC)
 
 
+def _stage_size(config: dict) -> int:
+    """The stage tmpfs's size: room for its few small files and a copy of the agent's files."""
+    return (1 << 20) + sum(os.path.getsize(source) for source, _ in config.get("app", ()))
+
+
+def _stage_app(base: str, app: list[list[str]]) -> list[str]:
+    """Copy the agent's files (``[source, path under /app]``) into the stage, bound read-only as ``/app``: a copy,
+    so that no mount of the sandbox has the source's host path as its root."""
+    if not app:
+        return []
+    root = os.path.join(base, "stage", "app")
+    for source, rel in app:
+        dest = os.path.normpath(os.path.join(root, rel))
+        if not dest.startswith(root + os.sep):
+            raise ValueError(f"agent file {rel!r} is not a path under /app")
+        os.makedirs(os.path.dirname(dest), mode=0o755, exist_ok=True)
+        with open(source, "rb") as src, open(dest, "xb") as out:
+            out.write(src.read())
+        os.chmod(dest, 0o555 if os.stat(source).st_mode & stat.S_IXUSR else 0o444)
+    for top, _, _ in os.walk(root):  # readable by the sandbox's uid (another, as root), whatever our umask
+        os.chmod(top, 0o755)
+    return ["--ro-bind", os.path.join(STAGE_POINT, "app"), "/app"]
+
+
 def _stage_shm(base: str) -> list[str]:
     """Bind the quota's ``shm`` into the stage; the arguments that make it the sandbox's ``/dev/shm``."""
     point = os.path.join(base, "stage", "shm")
@@ -85,7 +114,11 @@ def _stage(base: str, binds: list[list[str]]) -> list[str]:
 def _fork(config: dict, uid: int) -> None:
     """The attempt's quota tmpfs at ``base/quota``, and the fork at ``base/stage/fork``: an overlay whose writes land
     on the quota, or the copy. The quota also holds ``shm`` (the sandbox's ``/dev/shm``), so the fork's writes and
-    ``/dev/shm`` together hold at most ``quota_bytes``, whoever launched the attempt."""
+    ``/dev/shm`` together hold at most ``quota_bytes``, whoever launched the attempt.
+
+    The overlay's lower dir is bound into the stage and its options are relative to ``base``, so the sandbox's
+    ``/proc/mounts`` shows ``lowerdir=stage/lower,upperdir=quota/upper,...``: no host path. A copy
+    (``fork_mode="copy"``) is a bind mount, whose root in ``mountinfo`` is still the copy's path."""
     base = config["base"]
     point = os.path.join(base, "stage", "fork")
     os.mkdir(point)
@@ -104,8 +137,15 @@ def _fork(config: dict, uid: int) -> None:
         for d in ("upper", "work"):
             os.mkdir(os.path.join(quota, d))
             os.chown(os.path.join(quota, d), uid, uid)
-        options = f"lowerdir={config['lower']},upperdir={quota}/upper,workdir={quota}/work,userxattr"
-        _mount("rl-assets-fork", point, "overlay", _MS_NOSUID | _MS_NODEV, options)
+        lower = os.path.join(base, "stage", "lower")
+        os.mkdir(lower)
+        _mount(config["lower"], lower, None, _MS_BIND)
+        os.chdir(base)  # the overlay's options are shown in the sandbox's /proc/mounts as given: relative to base
+        try:
+            options = "lowerdir=stage/lower,upperdir=quota/upper,workdir=quota/work,userxattr"
+            _mount("rl-assets-fork", point, "overlay", _MS_NOSUID | _MS_NODEV, options)
+        finally:
+            os.chdir("/")
     else:
         for root, dirs, files in os.walk(config["merged"]):
             for name in [*dirs, *files]:
@@ -201,11 +241,13 @@ def main() -> int:
     try:
         _mount("none", "/", None, _MS_REC | _MS_PRIVATE)
         base = config["base"]
-        _mount("rl-assets-stage", os.path.join(base, "stage"), "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
+        stage_options = f"size={_stage_size(config)},mode=0755"
+        _mount("rl-assets-stage", os.path.join(base, "stage"), "tmpfs", _MS_NOSUID | _MS_NODEV, stage_options)
         _fork(config, config["sandbox_uid"])
         _hold(config)
         stage_tool(base, config["tool"])
-        argv = [*config["bwrap"], *_stage(base, config["binds"]), *_stage_shm(base)]
+        argv = [*config["bwrap"], *_stage(base, config["binds"]), *_stage_app(base, config.get("app", []))]
+        argv += _stage_shm(base)
         _mount(os.path.join(base, "stage"), STAGE_POINT, None, _MS_MOVE)
         for hidden in config["hidden"]:
             argv += ["--tmpfs", hidden, "--remount-ro", hidden]

@@ -80,7 +80,7 @@ class Isolation:
 
 @dataclass(frozen=True)
 class AgentProgram:
-    """What a rollout runs: its files, bound read-only under ``/app``, and the one it starts."""
+    """What a rollout runs: its files, copied read-only under ``/app``, and the one it starts."""
 
     files: tuple[tuple[str, str], ...]
     """(host path, path under ``/app``)."""
@@ -248,7 +248,6 @@ class _Attempt:
         for d in keeper.SANDBOX_DIRS:
             (base / d).mkdir(parents=True, exist_ok=True)
         binds, hidden, interpreter = _runtime(self.program.interpreter)
-        app = [(source, f"/app/{rel}") for source, rel in self.program.files]
         sec = seccomp.filter_fd()
         root = os.geteuid() == 0
         host_uid = (1 << 20) + secrets.randbelow(1 << 29) if root else None
@@ -263,7 +262,8 @@ class _Attempt:
             "max_files": self.limits.files_written,
             "sandbox_uid": in_keeper_uid,
             "bwrap_uid": in_keeper_uid,
-            "binds": [list(b) for b in (*binds, *app)],
+            "binds": [list(b) for b in binds],
+            "app": [list(f) for f in self.program.files],
             "hidden": list(hidden),
             "tools_only": list(TOOLS_ONLY),
             "fds": {"requests": req_w, "replies": rep_r, "output": out_w, "seccomp": sec},

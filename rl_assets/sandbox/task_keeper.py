@@ -116,7 +116,10 @@ def _argv(config: dict, common: list[str], request: dict, points: list[str]) -> 
 
 
 def _mount_per_command(config: dict, request: dict, serial: int) -> list[str]:
-    """Bind each of the command's own directories (named relative to ``base``) into the stage."""
+    """Bind each of the command's own directories (named relative to ``base``) into the stage.
+
+    Only a trusted phase (the oracle, the verifier) has any; being bind mounts, their roots in its ``mountinfo``
+    are their host paths (the attempt's directory). An agent's command's mount table names no host path."""
     points = []
     for i, (rel, _) in enumerate(request["mounts"]):
         if "/" in rel or rel in (".", ".."):

@@ -188,6 +188,21 @@ def fill_tmpfs(params: dict) -> dict:
     return {"written_mib": written, "error": errors, "shmem_mib": held["Shmem"], "available_mib": held["MemAvailable"]}
 
 
+def read_mounts(params: dict) -> dict:
+    """The lines of the mount tables that name the marker (a piece of the host path of the home and the fork)."""
+    seen = {}
+    for path in ("/proc/mounts", "/proc/self/mountinfo", "/proc/1/mountinfo"):
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except OSError as err:
+            seen[path] = errno.errorcode.get(err.errno, str(err.errno))
+            continue
+        hits = [line for line in lines if params["marker"] in line]
+        seen[path] = [line[max(0, line.index(params["marker"]) - 100) :][:150] for line in hits[:2]]
+    return seen
+
+
 def print_flood(params: dict) -> dict:
     chunk = "y" * (1 << 20) + "\n"
     for _ in range(params["mib"]):
@@ -245,7 +260,7 @@ def sleep_forever(params: dict) -> dict:
 
 ATTACKS = {f.__name__: f for f in (
     mount_setattr, remount, write_outside, read_world_directly, read_secrets, connect_tcp, connect_unix, ptrace,
-    namespaces, fork_bomb, fill_fork, fill_tmpfs, print_flood, forged_result, import_grader, observe,
+    namespaces, fork_bomb, fill_fork, fill_tmpfs, read_mounts, print_flood, forged_result, import_grader, observe,
     write_files, sleep_forever,
 )}  # fmt: skip
 
