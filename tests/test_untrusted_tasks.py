@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import subprocess
+import sys
 import types
 import typing
 from pathlib import Path
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from rl_assets.tasks.check import OracleRun, check_tasks
 from rl_assets.tasks.config import TaskConfig
 from rl_assets.tasks.problems import describe
 from rl_assets.tasks.task import InvalidTaskError, load_task
@@ -205,3 +209,64 @@ def test_every_number_in_task_toml_is_finite_and_bounded(path, bad):
         TaskConfig.model_validate(document)
     (line,) = describe("task.toml", document, err.value)
     assert f"{path[-1]}:" in line, line
+
+
+# --- row 15: tasks check refuses linked environment/tests/solution, as train does ------------------------
+
+
+def _recording_oracle(seen: list[Path]):
+    """The oracle as ``run_oracle`` copies a task (``copytree(..., symlinks=True)``), recording what it read."""
+
+    def oracle(task) -> OracleRun:
+        seen.append(task.path)
+        copy = task.path.parent / f".oracle-copy-{len(seen)}"
+        for part in ("environment", "tests", "solution"):
+            if (task.path / part).exists():
+                shutil.copytree(task.path / part, copy / part, symlinks=True)
+        leaked = holds_secret(copy)
+        shutil.rmtree(copy)
+        return OracleRun(seconds=0.0, reward=0.0 if leaked else 1.0, solve="exit 0")
+
+    return oracle
+
+
+@pytest.mark.parametrize(
+    "part, target",
+    [
+        ("environment", "."),
+        ("tests", "."),
+        ("solution", "."),
+        ("environment/x", "secret.txt"),
+        ("environment/sub/y", "secret.txt"),
+        ("tests/test.sh", "test.sh"),
+        ("instruction.md", "secret.txt"),
+    ],
+)
+def test_tasks_check_refuses_a_linked_environment_tests_or_solution(tmp_path, secret_dir, part, target):
+    """Row 15: a link anywhere in a task is one problem naming it; nothing is copied, read or run."""
+    path = make_task(tmp_path / "set")
+    linked = path / part
+    shutil.rmtree(linked) if linked.is_dir() else linked.unlink()
+    linked.symlink_to(secret_dir / target)
+    seen: list[Path] = []
+    result = check_tasks(tmp_path / "set", oracle=_recording_oracle(seen))
+    assert result.problems == [f"{linked}: {LINKS_REFUSED}"]
+    assert seen == [] and result.rows == [] and result.invalid == 1 and not result.ok
+
+
+def test_cli_tasks_check_on_a_linked_environment_prints_one_problem_and_never_the_secret(tmp_path, secret_dir):
+    """Row 15 as reported: ``rl-assets tasks check`` copied a root-only directory, ran test.sh on it, printed it."""
+    path = make_task(tmp_path / "set")
+    (path / "tests" / "test.sh").write_text("#!/bin/bash\ncat /app/secret.txt; echo 1 > /logs/verifier/reward.txt\n")
+    shutil.rmtree(path / "environment")
+    (path / "environment").symlink_to(secret_dir)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rl_assets.cli", "tasks", "check", str(tmp_path / "set")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == f"{path / 'environment'}: {LINKS_REFUSED}\n"
+    assert SECRET not in proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("0 valid, 1 invalid task(s)")

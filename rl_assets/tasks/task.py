@@ -7,10 +7,20 @@ The layout is Harbor's: ``instruction.md`` (what the agent is told), ``task.toml
 a directory are gathered, not just the first, each naming its file (and for ``task.toml`` the
 table and key), so an author fixes a task in one pass. File contents are never quoted, except a
 single offending ``task.toml`` value.
+
+A task is untrusted input read by the trusted side (often as root): a task is plain files and
+directories only. A symbolic link or a special file (a FIFO, a socket, a device) anywhere in it is
+refused before anything of it is read (:func:`unsafe_entries`), and ``task.toml`` and
+``instruction.md`` are opened without following a link, so no task can make ``train`` or ``tasks
+check`` read, copy or run a file its author could not read. (A link made after this check is refused
+again by the copy, which never follows one: :func:`rl_assets.tasks.snapshot.copy_tree_nofollow`.)
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +33,10 @@ from rl_assets.tasks.problems import describe
 
 EnvironmentKind = Literal["files", "dockerfile", "compose", "image"]
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")
+LINK_REFUSED = "a symbolic link (a task is copied as plain files; links are refused)"
+SPECIAL_REFUSED = "not a regular file or directory (a task is copied as plain files)"
+MAX_UNSAFE_LISTED = 10
+"""Links and special files named one per line; more are counted on one more line."""
 
 
 class InvalidTaskError(Exception):
@@ -72,6 +86,9 @@ def load_task(path: Path) -> Task:
     (``test.sh``, or ``test.bat`` on Windows) in ``tests/`` (or a step's ``tests/``) unless a separate
     verifier environment brings its own.
     """
+    unsafe = unsafe_entries(path)
+    if unsafe:  # nothing of such a task is read
+        raise InvalidTaskError(path, unsafe)
     problems: list[str] = []
     config, data = _read_config(path / "task.toml", problems)
     steps = config.steps if config else None
@@ -105,16 +122,59 @@ def _require_test(tests: Path, config: TaskConfig | None, problems: list[str], n
         problems.append(f"{tests / name}: missing (the verifier every task needs){note}")
 
 
+def unsafe_entries(path: Path) -> list[str]:
+    """One problem per symbolic link or special file in the task at ``path`` (itself included), never following one.
+
+    ``path`` itself may be reached through links in its parents (the caller chose it), not be one.
+    """
+    if path.is_symlink():
+        return [f"{path}: {LINK_REFUSED}"]
+    found: list[str] = []
+    directories = [path] if path.is_dir() else []
+    while directories:
+        directory = directories.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except OSError as err:
+            found.append(f"{directory}: unreadable ({err.strerror})")
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                found.append(f"{entry.path}: {LINK_REFUSED}")
+            elif entry.is_dir(follow_symlinks=False):
+                directories.append(Path(entry.path))
+            elif not entry.is_file(follow_symlinks=False):
+                found.append(f"{entry.path}: {SPECIAL_REFUSED}")
+    found.sort()
+    if len(found) > MAX_UNSAFE_LISTED:
+        more = len(found) - MAX_UNSAFE_LISTED
+        found[MAX_UNSAFE_LISTED:] = [f"{path}: {more} more symbolic links or special files (refused likewise)"]
+    return found
+
+
 def _read_text(file: Path, problems: list[str]) -> str | None:
-    if not file.is_file():
-        problems.append(f"{file}: missing")
-        return None
+    """The UTF-8 text of ``file``, opened without following a link (a link is refused), or None and why not."""
     try:
-        return file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        problems.append(f"{file}: not UTF-8 text")
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
-        problems.append(f"{file}: unreadable ({err.strerror})")
+        if err.errno == errno.ELOOP:
+            problems.append(f"{file}: {LINK_REFUSED}")
+        elif err.errno in (errno.ENOENT, errno.ENOTDIR):
+            problems.append(f"{file}: missing")
+        else:
+            problems.append(f"{file}: unreadable ({err.strerror})")
+        return None
+    with open(fd, encoding="utf-8") as f:  # text mode, as Path.read_text: universal newlines
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            problems.append(f"{file}: missing")
+            return None
+        try:
+            return f.read()
+        except UnicodeDecodeError:
+            problems.append(f"{file}: not UTF-8 text")
+        except OSError as err:
+            problems.append(f"{file}: unreadable ({err.strerror})")
     return None
 
 
