@@ -29,7 +29,7 @@ QUOTA_MIB = 8
 FILL_TARGETS = ["/dev/shm", "/dev", "/tmp", "/run", "/app"]
 
 ATTEMPT = """
-import json, shlex, sys, tempfile
+import json, shlex, shutil, subprocess, sys, tempfile
 from pathlib import Path
 from rl_assets.sandbox.limits import Limits
 from rl_assets.sandbox.task_shell import TaskShell
@@ -37,21 +37,26 @@ from rl_assets.worlds import LocalWorlds
 
 marker, quota_mib, hostile, attacks = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 root = Path(tempfile.mkdtemp(prefix=f"rl-assets-{marker}-home-", dir="/tmp"))
-worlds = LocalWorlds(root / "worlds", root / "forks")
-world = worlds.world_dir("w")
-world.mkdir(parents=True)
-(world / "attacks.py").write_text(Path(hostile).read_text())
-worlds.reseal("w")
-seen = {}
-with worlds.fork("w", f"experiment-{marker}-trial", "a0", overlay=True) as fork:
-    with TaskShell(fork, limits=Limits(fork_bytes=quota_mib << 20)) as shell:
-        for name, attack in attacks.items():
-            command = f"echo {shlex.quote(json.dumps(attack))} > /tmp/attack.json && "
-            command += "python3 attacks.py /tmp/attack.json && cat answer.txt"
-            run = shell.run_phase if name.startswith("phase") else shell.run
-            result = run(command, 120, {}, {}) if name.startswith("phase") else run(command, 120)
-            seen[name] = result.output
-        seen["tables"] = shell.run("cat /proc/mounts; echo; cat /proc/self/mountinfo", 10).output
+try:
+    worlds = LocalWorlds(root / "worlds", root / "forks")
+    world = worlds.world_dir("w")
+    world.mkdir(parents=True)
+    (world / "attacks.py").write_text(Path(hostile).read_text())
+    worlds.reseal("w")
+    seen = {}
+    with worlds.fork("w", f"experiment-{marker}-trial", "a0", overlay=True) as fork:
+        with TaskShell(fork, limits=Limits(fork_bytes=quota_mib << 20)) as shell:
+            for name, attack in attacks.items():
+                command = f"echo {shlex.quote(json.dumps(attack))} > /tmp/attack.json && "
+                command += "python3 attacks.py /tmp/attack.json && cat answer.txt"
+                if name.startswith("phase"):
+                    seen[name] = shell.run_phase(command, 120, mounts={}, env={}).output
+                else:
+                    seen[name] = shell.run(command, 120).output
+            seen["tables"] = shell.run("cat /proc/mounts; echo; cat /proc/self/mountinfo", 10).output
+finally:
+    subprocess.run(["chmod", "-R", "u+w", str(root)], check=False)  # the sealed world is read-only
+    shutil.rmtree(root)
 print(json.dumps(seen))
 """
 
