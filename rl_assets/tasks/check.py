@@ -4,15 +4,23 @@ The CLI only prints what this returns, so the check's rules (what is a row, a re
 failure) live with the tasks they are about. Running a solution needs the task sandbox, a layer above
 this package, so the CLI passes the runner in (:data:`Oracle`); here a task is only chosen to run: a
 valid one, runnable locally, with a ``solution/solve.sh``.
+
+The tasks are untrusted and checked as ``train`` records them: a link or special file anywhere in a
+task is one problem naming it (:func:`~rl_assets.tasks.task.load_task`), and the oracle runs on a
+private copy made without following any link and checked again
+(:func:`~rl_assets.tasks.snapshot.stage_task`), never on the source, which its author may change
+between the check and the run.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rl_assets.tasks.locality import kubernetes_refusals, local_fit
+from rl_assets.tasks.snapshot import TaskCopyError, stage_task
 from rl_assets.tasks.task import InvalidTaskError, Task, load_task, task_dirs
 
 HEADER = ("task", "version", "environment", "verifier timeout", "solution", "reward", "seconds", "notes")
@@ -106,8 +114,19 @@ class TaskCheck:
 
 
 def check_tasks(root: Path, oracle: Oracle) -> TaskCheck:
-    """Validate every task directory of ``root`` (or ``root`` itself, if it is one task); run each solution."""
+    """Validate every task directory of ``root`` (or ``root`` itself, if it is one task); run each solution.
+
+    ``root`` is the caller's choice and may be reached through a link; nothing in it is (a task that is
+    a link in a set is refused like a link in a task).
+    """
+    if root.is_symlink():
+        root = root.resolve()
     dirs = task_dirs(root)
+    with tempfile.TemporaryDirectory(prefix="rl-assets-check-") as private:
+        return _check(dirs, oracle, Path(private))
+
+
+def _check(dirs: list[Path], oracle: Oracle, private: Path) -> TaskCheck:
     rows: list[tuple[str, ...]] = []
     refusals: list[Refusal] = []
     problems: list[str] = []
@@ -128,8 +147,13 @@ def check_tasks(root: Path, oracle: Oracle) -> TaskCheck:
             unsolved += 1
             notes.insert(0, NO_SOLUTION)
         elif fit.runs_locally:
+            try:  # the oracle runs on a private copy, checked again: never on the source
+                copy = stage_task(task, private / path.name)
+            except TaskCopyError as err:
+                problems.append(str(err))
+                continue
             ran += 1
-            run = oracle(task)
+            run = oracle(copy)
             reward = "error" if run.reward is None else str(run.reward)
             seconds = f"{run.seconds:.2f}"
             if run.error is not None:
