@@ -228,15 +228,15 @@ def _follow(
             stores.drives.request(config.name, requested_by="cli")
             deaths: list[str] = []
             while not (p := current(instance)).done:
+                if failure := watch.check():
+                    log = home.logs / (f"run-{failure.run_id}.log" if failure.run_id else "daemon.log")
+                    stop(failure.line(), log)
                 if stuck := stuck_units(p):
                     unit = stuck[0]
                     last = last_failure(instance, config.name, unit.job, unit.partition_key)
                     cause = f": {last.error} (run {last.run_id})" if last is not None else ""
                     log = home.logs / (f"run-{last.run_id}.log" if last is not None else "")
                     stop(f"{unit.job} {unit.partition_key} failed {unit.failures} times; giving up{cause}", log)
-                if failure := watch.check():
-                    log = home.logs / (f"run-{failure.run_id}.log" if failure.run_id else "daemon.log")
-                    stop(failure.line(), log)
                 if daemon.process() is None:
                     if deaths or daemon.session() is not None:  # it was started, and died
                         deaths.append(daemon.last_error() or "")
@@ -497,7 +497,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
     _preflight([*for_home(home), lambda: check_port(args.host, args.port)])
     _open(home)
     LocalDaemon(home).ensure_running()
-    return DevServer(home).run(args.host, args.port)
+    try:
+        return DevServer(home).run(args.host, args.port)
+    except HomeError as err:  # already running, or a UI token file that is not the owner's alone
+        raise UsageError(str(err)) from None
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -657,7 +660,14 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", metavar="FILE", help="write the JSON to FILE (default: stdout)")
     export.set_defaults(func=cmd_export)
 
-    dev = with_home(sub.add_parser("dev", help="open the Dagster UI (and daemon) on this home"))
+    dev = with_home(
+        sub.add_parser(
+            "dev",
+            help="open the Dagster UI (and daemon) on this home, for its owner: log in at the URL it prints",
+            description="Serve the home's Dagster UI. Every request needs the home's UI token (the file "
+            "services/ui.token, 0600, made once): open the login URL printed on stderr.",
+        )
+    )
     dev.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     dev.add_argument("--port", type=int, default=3000)
     dev.set_defaults(func=cmd_dev)
