@@ -1,7 +1,13 @@
-"""``rl-assets dev``: the Dagster UI of a home, under a supervisor that ends it.
+"""``rl-assets dev``: the Dagster UI of a home, for its owner only, under a supervisor that ends it.
 
-The UI is ``dagster-webserver`` on the home's workspace; the daemon that
-drives experiments and launches the UI's runs is the home's own
+The UI is Dagster's webserver app on the home's workspace, served by
+:mod:`rl_assets.services.ui_webserver` behind the home's UI token
+(:mod:`rl_assets.services.ui_auth`): every HTTP request and websocket upgrade
+without the token (or the cookie the login URL sets) is refused before Dagster
+sees it, so another local user cannot launch runs with the owner's keys. The
+login URL is printed on stderr; the token file stays, so a bookmark keeps working.
+
+The daemon that drives experiments and launches the UI's runs is the home's own
 (:mod:`rl_assets.services.daemon`), not a second one: two daemons would each
 run the driver sensor. The webserver alone does not stop its code servers on
 SIGTERM, so the CLI does not exec it: it runs it as the leader of a new
@@ -24,12 +30,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import FrameType
 
 from rl_assets.home import Home, HomeError
 from rl_assets.services.daemon import LocalDaemon
 from rl_assets.services.processes import Session, wait_ports_closed
+from rl_assets.services.ui_auth import ensure_token, login_url, token_path
 
 GRACE_S = 10.0
 """How long the webserver gets to shut down by itself before its session is ended."""
@@ -51,6 +57,7 @@ class DevServer:
         running = self.session()
         if running is not None and running.members():
             raise HomeError(f"rl-assets dev is already running for home {self.home.root} (session {running.sid})")
+        token = ensure_token(self.home)
         received: list[int] = []
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -58,9 +65,10 @@ class DevServer:
 
         previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
         workspace = LocalDaemon(self.home).write_workspace()
-        webserver = str(Path(sys.executable).with_name("dagster-webserver"))
-        cmd = [webserver, "-w", str(workspace), "-h", host, "-p", str(port)]
-        print(f"Dagster UI on http://{host}:{port} for home {self.home.root}", file=sys.stderr)
+        cmd = [sys.executable, "-m", "rl_assets.services.ui_webserver", "--workspace", str(workspace)]
+        cmd += ["--host", host, "--port", str(port), "--token-file", str(token_path(self.home))]
+        print(f"Dagster UI for home {self.home.root}, for whoever has its token; log in at:", file=sys.stderr)
+        print(f"    {login_url(host, port, token)}", file=sys.stderr)
         # Dagster's code servers listen on unix sockets in the temp folder: make that a private one.
         env = {**os.environ, **self.home.private_tmp_env("dev")}
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=self.home.root)
