@@ -2,10 +2,12 @@
 
 ``rl-assets dev`` serves the session's home once the reference experiment is trained; Debian's
 Chromium, headless and driven by Selenium through Debian's chromedriver (given explicitly, so
-Selenium never looks for or downloads a driver), then opens the asset graph, the partition grid of
-trajectories, one trial's transcript (rendered Markdown, compared with the recorded metadata), each
-asset's Checks tab (its checks, each succeeded), and the launchpad of ``start_experiment_job`` with
-its typed defaults. Every wait is an explicit condition on the page, with deadlines generous enough
+Selenium never looks for or downloads a driver), first opens the login URL ``dev`` printed (the home's
+UI token, read from its file as the owner can), as a person does, then opens the asset graph, the
+partition grid of trajectories, one trial's transcript (rendered Markdown, compared with the recorded
+metadata), each asset's Checks tab (its checks, each succeeded), and the launchpad of
+``start_experiment_job`` with its typed defaults; without its cookie, the UI asks for the token and its
+form lets the owner in. Every wait is an explicit condition on the page, with deadlines generous enough
 for a loaded 2-core machine.
 
 Chromium and chromedriver are system packages (``apt-get install -y chromium chromium-driver``): without
@@ -49,6 +51,7 @@ from rl_assets.driver.launchpad import StartExperimentConfig
 from rl_assets.home import Home
 from rl_assets.services.dev_server import DevServer
 from rl_assets.services.processes import free_loopback_port
+from rl_assets.services.ui_auth import cookie_name, ensure_token, login_url
 from rl_assets.testing.expectations import train_json
 
 CHROMIUM = "/usr/bin/chromium"
@@ -81,21 +84,23 @@ def _browser_installed() -> None:
 # --- the server ------------------------------------------------------------------------------------------------
 
 
-def _graphql(base: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+def _graphql(base: str, token: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A script's GraphQL request: the UI's token in its ``Authorization`` header."""
     body = json.dumps({"query": query, "variables": variables or {}}).encode()
-    request = urllib.request.Request(f"{base}/graphql", body, {"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    request = urllib.request.Request(f"{base}/graphql", body, headers)
     with urllib.request.urlopen(request, timeout=30) as response:
         answer = json.load(response)
     assert "errors" not in answer, answer["errors"]
     return answer["data"]
 
 
-def _loaded_repository(base: str) -> str | None:
+def _loaded_repository(base: str, token: str) -> str | None:
     """The code location's repository as the UI's URLs name it (``repo@location``) once it has loaded, else None."""
     query = """{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus
         locationOrLoadError { ... on RepositoryLocation { repositories { name } } } } } } }"""
     try:
-        entries = _graphql(base, query)["workspaceOrError"]["locationEntries"]
+        entries = _graphql(base, token, query)["workspaceOrError"]["locationEntries"]
     except OSError:
         return None
     loaded = [e for e in entries if e["loadStatus"] == "LOADED"]
@@ -107,11 +112,14 @@ def _loaded_repository(base: str) -> str | None:
 
 
 class UI:
-    """A running UI: its address and its code location's repository (which its URLs contain)."""
+    """A running UI: its address, its token and its code location's repository (which its URLs contain)."""
 
-    def __init__(self, base: str, repository: str) -> None:
-        self.base = base
+    def __init__(self, port: int, token: str, repository: str) -> None:
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.token = token
         self.repository = repository
+        self.login_url = login_url("127.0.0.1", port, token)
 
     def url(self, path: str, **query: str) -> str:
         return f"{self.base}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
@@ -126,6 +134,7 @@ def ui(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
     train_json(home, "--experiment", EXPERIMENT)
     port = free_loopback_port()
     base = f"http://127.0.0.1:{port}"
+    token = ensure_token(Home(home))  # the home's UI token, which dev uses; its file is the owner's (ours)
     log = tmp_path_factory.mktemp("ui") / "dev.log"
     with log.open("w") as out:
         dev = subprocess.Popen(
@@ -136,13 +145,14 @@ def ui(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
         )
     try:
         deadline = time.monotonic() + UI_DEADLINE_S
-        while (repository := _loaded_repository(base)) is None:
+        while (repository := _loaded_repository(base, token)) is None:
             assert dev.poll() is None, f"rl-assets dev exited {dev.returncode}: {log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"no loaded code location within {UI_DEADLINE_S:.0f} s"
             time.sleep(0.5)
         # What the UI's own "Skip" on its community dialog does; the dialog would cover the pages.
-        assert _graphql(base, "mutation { setNuxSeen }") == {"setNuxSeen": True}
-        yield UI(base, repository)
+        assert _graphql(base, token, "mutation { setNuxSeen }") == {"setNuxSeen": True}
+        assert login_url("127.0.0.1", port, token) in log.read_text(), "dev printed its login URL"
+        yield UI(port, token, repository)
     finally:
         if dev.poll() is None:
             dev.send_signal(signal.SIGTERM)
@@ -155,7 +165,8 @@ def ui(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
+def browser(ui: UI) -> Iterator[WebDriver]:
+    """Chromium, logged in: it has opened the printed login URL, which set the UI's cookie."""
     options = Options()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
@@ -164,6 +175,7 @@ def browser() -> Iterator[WebDriver]:
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT_S)
     try:
+        log_in(driver, ui)
         yield driver
     finally:
         driver.quit()
@@ -179,6 +191,15 @@ def wait_for(driver: WebDriver, condition: Callable[[WebDriver], Any], what: str
     except TimeoutException as err:
         text = driver.find_element(By.TAG_NAME, "body").text[-2000:]
         raise AssertionError(f"{what} within {WAIT_S:.0f} s at {driver.current_url}; the page shows:\n{text}") from err
+
+
+def log_in(driver: WebDriver, ui: UI) -> None:
+    """Open the login URL: the UI sets its cookie (HttpOnly, SameSite=Strict) and drops the token from the address."""
+    driver.get(ui.login_url)
+    wait_for(driver, lambda d: d.current_url == f"{ui.base}/" or None, "the login URL redirected to the UI")
+    cookie = driver.get_cookie(cookie_name(ui.port))
+    assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict", cookie
+    assert ui.token not in cookie["value"]
 
 
 def present(xpath: str) -> Callable[[WebDriver], list[WebElement]]:
@@ -279,7 +300,7 @@ query Transcripts($partitions: [String!]) {
 def _transcripts(ui: UI) -> dict[str, str]:
     """Each of the experiment's trajectory partitions and its recorded ``transcript`` Markdown."""
     keys = [f"{step}|{trial}" for step in STEPS for trial in TRIALS]
-    found = _graphql(ui.base, TRANSCRIPTS, {"partitions": keys})["assetOrError"]["assetMaterializations"]
+    found = _graphql(ui.base, ui.token, TRANSCRIPTS, {"partitions": keys})["assetOrError"]["assetMaterializations"]
     return {m["partition"]: e["mdStr"] for m in found for e in m["metadataEntries"] if e["label"] == "transcript"}
 
 
@@ -335,3 +356,22 @@ def test_the_launchpad_of_start_experiment_job_opens_with_its_typed_defaults(bro
     required = 'Missing required config entry "name" at path root:ops:start_experiment:config'
     wait_for(browser, present(f"//*[contains(text(), {text_literal(required)})]"), "the required name asked for")
     screenshot(browser, "launchpad")
+
+
+def test_without_its_cookie_the_ui_asks_for_the_token_and_its_form_lets_the_owner_in(
+    browser: WebDriver, ui: UI
+) -> None:
+    browser.delete_all_cookies()
+    try:
+        browser.get(ui.url("/asset-groups"))
+        field = wait_for(browser, present("//form//input[@name='token']"), "the login form")[0]
+        assert "Dagster" not in browser.title and not browser.find_elements(By.ID, "root")
+        field.send_keys(ui.token)
+        field.submit()
+        wait_for(browser, lambda d: d.current_url == f"{ui.base}/" or None, "the form's token redirected to the UI")
+        assert browser.get_cookie(cookie_name(ui.port)) is not None
+        browser.get(ui.url("/asset-groups"))
+        wait_for(browser, present("//*[local-name()='foreignObject']"), "the asset graph, once logged in")
+    finally:
+        if browser.get_cookie(cookie_name(ui.port)) is None:
+            log_in(browser, ui)
