@@ -25,7 +25,8 @@ from types import FrameType
 
 from rl_assets.services.ui_auth import TokenGate, read_token
 
-LOGGER = "rl-assets dev"
+LOGGER = "dagster.rl_assets_dev"
+"""Under the logger dagster configures (its colored lines on stderr), like the webserver's own."""
 SHUTDOWN_TIMEOUT_S = 5
 """How long open connections (the browser's GraphQL websockets) may hold up uvicorn's shutdown."""
 # What dagster-webserver's CLI uses by default.
