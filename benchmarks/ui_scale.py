@@ -128,9 +128,11 @@ def stop_home(home: Path) -> None:
 # --- the UIs ---------------------------------------------------------------------------------------------------
 
 
-def graphql(base: str, query: str) -> dict[str, Any]:
+def graphql(base: str, query: str, token: str) -> dict[str, Any]:
+    """A GraphQL query to ``rl-assets dev``, which serves only callers with the home's UI token."""
     body = json.dumps({"query": query, "variables": {}}).encode()
-    request = urllib.request.Request(f"{base}/graphql", body, {"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    request = urllib.request.Request(f"{base}/graphql", body, headers)
     with urllib.request.urlopen(request, timeout=120) as response:
         answer = json.load(response)
     if "errors" in answer:
@@ -138,10 +140,10 @@ def graphql(base: str, query: str) -> dict[str, Any]:
     return answer["data"]
 
 
-def loaded(base: str) -> bool:
+def loaded(base: str, token: str) -> bool:
     query = "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }"
     try:
-        entries = graphql(base, query)["workspaceOrError"]["locationEntries"]
+        entries = graphql(base, query, token)["workspaceOrError"]["locationEntries"]
     except OSError:
         return False
     return bool(entries) and all(e["loadStatus"] == "LOADED" for e in entries)
@@ -151,9 +153,12 @@ class UI:
     """``rl-assets dev`` serving a home, started here."""
 
     def __init__(self, home: Path, log: Path) -> None:
+        from rl_assets.home import Home
         from rl_assets.services.processes import free_loopback_port
+        from rl_assets.services.ui_auth import ensure_token
 
         self.home = home
+        self.token = ensure_token(Home(home))
         self.port = free_loopback_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "rl_assets.cli", "dev", "--home", str(home), "--port", str(self.port)]
@@ -162,20 +167,26 @@ class UI:
         self.log = log
 
     def wait_loaded(self, deadline: float) -> None:
-        while not loaded(self.base):
+        while not loaded(self.base, self.token):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"rl-assets dev exited {self.proc.returncode}: {self.log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no loaded code location at {self.base} within {UI_DEADLINE_S:.0f} s")
             time.sleep(0.5)
         # What the UI's own "Skip" on its community dialog does; the dialog would cover the pages.
-        graphql(self.base, "mutation { setNuxSeen }")
+        graphql(self.base, "mutation { setNuxSeen }", self.token)
+
+    def login(self, driver: Any) -> None:
+        """Open the login URL once: its cookie lets the browser see every page after it."""
+        from rl_assets.services.ui_auth import login_url
+
+        driver.get(login_url("127.0.0.1", self.port, self.token))
 
     def url(self, path: str, **query: str) -> str:
         return f"{self.base}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
 
     def run_count(self) -> int:
-        return graphql(self.base, "{ runsOrError { ... on Runs { count } } }")["runsOrError"]["count"]
+        return graphql(self.base, "{ runsOrError { ... on Runs { count } } }", self.token)["runsOrError"]["count"]
 
     def stop(self) -> None:
         from rl_assets.home import Home
@@ -313,6 +324,8 @@ def measure(args: argparse.Namespace, homes: dict[str, Path], built: dict[str, d
             ui.wait_loaded(deadline)
         started_s = time.perf_counter() - start
         driver = browser(args.timeout)
+        for ui in uis.values():  # a cookie per port: each UI is logged into once
+            ui.login(driver)
         cold: dict[str, dict[str, float | None]] = {name: {} for name in homes}
         shown: dict[str, dict[str, str]] = {name: {} for name in homes}
         times: dict[str, dict[str, list[float | None]]] = {name: {view: [] for view in PAGES} for name in homes}
