@@ -122,6 +122,10 @@ class FailureWatch:
         seen: dict[str, list[dg.DagsterRun]] = {}
         for record in records:
             run = record.dagster_run
+            # Updated since is not failed since: Dagster tags a failed run later (its retry), and the tag moves
+            # its update time; a failure from before this command is not one of its failures.
+            if (record.end_time or record.create_timestamp.timestamp()) < self.since:
+                continue
             if run.run_id not in self._runs:
                 self._runs[run.run_id] = run_failure(self.instance, run)
             error, at_start = self._runs[run.run_id]
