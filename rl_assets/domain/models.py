@@ -83,6 +83,17 @@ class VerifierOutcome(Record):
     reward: float = Field(allow_inf_nan=False, description="The training reward: the reward file's 'reward'.")
     rewards: dict[str, float] = Field(description="Every number of the reward file (reward.txt gives 'reward').")
     output: str = Field(description="The verifier's output, capped.")
+    provenance: str | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="'verifier' (every byte of the reward written by test.sh's own shell, the tests untouched) or "
+        "'flagged: <why>' (the platform cannot vouch for it: never trained on); None where it is not known.",
+    )
+    neutralised: tuple[str, ...] = Field(
+        (),
+        exclude_if=lambda v: not v,
+        description="Links and special files of the agent's final filesystem removed before the verifier ran.",
+    )
 
 
 class Trajectory(Record):
@@ -149,6 +160,8 @@ class Reward(Record):
     """Task trials judged by an LLM: its score in [0, 1]; None without a judge."""
     judge_usage: Usage | None = Field(None, exclude_if=lambda v: v is None)
     """Task trials judged by an LLM: the tokens its verdict was billed (once, whoever asked)."""
+    verifier_provenance: str | None = Field(None, exclude_if=lambda v: v is None)
+    """Task trials: the verifier outcome's ``provenance``; a reward whose provenance is flagged is never trained on."""
 
 
 class StepResult(Record):

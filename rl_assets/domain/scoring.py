@@ -79,4 +79,5 @@ def task_reward(trajectory: Trajectory, rubric_name: str, verdict: Verdict | Non
         verifier_reward=verifier_reward,
         judge_score=judge_score,
         judge_usage=None if verdict is None else verdict.usage,
+        verifier_provenance=trajectory.verifier.provenance,
     )
