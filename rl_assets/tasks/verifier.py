@@ -6,6 +6,14 @@ usable reward is its own :class:`VerifierError`, never a silent 0: a trial with 
 look broken, not like an agent that failed. The directory's contents came from a sandboxed command that
 ran code the agent wrote, so they are read as hostile: no link is followed, only regular files are
 read, and no more than :data:`REWARD_FILE_BYTES`.
+
+The training reward must lie in the task's declared range (:func:`reward_range`: ``[0, 1]`` unless
+``[metadata.verifier] reward_range`` says otherwise, within :data:`REWARD_BOUND`): a reward outside it is
+:class:`RewardOutOfRange`, a verifier failure, never training data, so no sum of rewards can overflow.
+
+A result also says where its reward came from (:attr:`VerifierResult.provenance`): ``"verifier"`` when the
+harness saw every byte of it written by ``test.sh``'s own shell and nothing touch the tests, otherwise
+``"flagged: <why>"`` (see :mod:`rl_assets.sandbox.task_trial`).
 """
 
 from __future__ import annotations
@@ -14,14 +22,25 @@ import json
 import math
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from rl_assets.domain.models import VerifierOutcome
 
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
 REWARD_KEY = "reward"
 REWARD_FILE_BYTES = 64 << 10
+DEFAULT_REWARD_RANGE = (0.0, 1.0)
+"""A task's training reward unless its ``[metadata.verifier] reward_range = [low, high]`` declares another."""
+REWARD_BOUND = 1e6
+"""No declared range reaches past this magnitude: a step's sum of rewards stays far from a float's range."""
+PROVENANCE_VERIFIER = "verifier"
+"""The reward's every byte was written by ``test.sh``'s own shell, and the tests were untouched."""
+FLAGGED = "flagged: "
+"""The prefix of a provenance that is not :data:`PROVENANCE_VERIFIER`: the platform cannot vouch for the reward."""
 
 
 class VerifierError(RuntimeError):
@@ -60,6 +79,10 @@ class RewardKeyMissing(VerifierError):
     """``reward.json`` has no ``reward`` key."""
 
 
+class RewardOutOfRange(VerifierError):
+    """The training reward is outside the task's declared range (or the task declares an unusable range)."""
+
+
 @dataclass(frozen=True)
 class VerifierResult:
     """One verifier run: the training reward, every reward the file named, the capped output, its duration."""
@@ -71,31 +94,82 @@ class VerifierResult:
     seconds: float = 0.0
     exit_code: int | None = None
     """``test.sh``'s exit status, for information: Harbor takes the reward from the file alone."""
+    provenance: str = PROVENANCE_VERIFIER
+    """:data:`PROVENANCE_VERIFIER`, or :data:`FLAGGED` and why the platform cannot vouch for the reward."""
+    neutralised: tuple[str, ...] = ()
+    """Links and special files of the agent's final filesystem removed before the verifier ran."""
+
+    @property
+    def flagged(self) -> bool:
+        return self.provenance != PROVENANCE_VERIFIER
+
+    def outcome(self) -> VerifierOutcome:
+        """The record a trajectory keeps of this run."""
+        return VerifierOutcome(
+            reward=self.reward,
+            rewards=self.rewards,
+            output=self.output,
+            provenance=self.provenance,
+            neutralised=self.neutralised,
+        )
 
 
-def read_rewards(logs: Path) -> dict[str, float]:
+def reward_range(metadata: Mapping[str, Any]) -> tuple[float, float]:
+    """The task's training-reward range: ``[metadata.verifier] reward_range``, else :data:`DEFAULT_REWARD_RANGE`.
+
+    A declared range must be two finite numbers ``low <= high`` within :data:`REWARD_BOUND`; anything else
+    is :class:`RewardOutOfRange` (the task's verifier cannot be trusted to bound what it writes).
+    """
+    section = metadata.get("verifier")
+    if not isinstance(section, Mapping) or "reward_range" not in section:
+        return DEFAULT_REWARD_RANGE
+    declared = section["reward_range"]
+    numbers = (
+        isinstance(declared, list | tuple)
+        and len(declared) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in declared)
+    )
+    if numbers and all(math.isfinite(v) and abs(v) <= REWARD_BOUND for v in declared) and declared[0] <= declared[1]:
+        return float(declared[0]), float(declared[1])
+    raise RewardOutOfRange(
+        f"[metadata.verifier] reward_range = {declared!r:.80}: not two finite numbers low <= high within "
+        f"+-{REWARD_BOUND:g}"
+    )
+
+
+def read_rewards(logs: Path, bounds: tuple[float, float] = DEFAULT_REWARD_RANGE) -> dict[str, float]:
     """The rewards in ``logs`` (the host side of ``/logs/verifier``), ``reward`` among them; or a VerifierError."""
     directory = os.open(logs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        return rewards_from(lambda name: _read(directory, name))
+        return rewards_from(lambda name: _read(directory, name), bounds)
     finally:
         os.close(directory)
 
 
-def rewards_from(read: Callable[[str], bytes | None]) -> dict[str, float]:
+def rewards_from(
+    read: Callable[[str], bytes | None], bounds: tuple[float, float] = DEFAULT_REWARD_RANGE
+) -> dict[str, float]:
     """The rewards, given ``read(name)``: a reward file's first ``REWARD_FILE_BYTES + 1`` bytes, ``None`` if absent.
 
     Where the files are is the caller's business (a directory on this host, a pod read through the
-    API); ``read`` raises :class:`RewardFileUnsafe` for an entry that is not a regular file. JSON
-    first, as Harbor does.
+    API, the harness's own reward channel); ``read`` raises :class:`RewardFileUnsafe` for an entry that
+    is not a regular file. JSON first, as Harbor does. The training reward must be within ``bounds``
+    (the task's :func:`reward_range`).
     """
     data = read(REWARD_JSON)
     if data is not None:
-        return _parse_json(_text(REWARD_JSON, data))
-    data = read(REWARD_TXT)
-    if data is not None:
-        return {REWARD_KEY: _number(_text(REWARD_TXT, data).strip(), REWARD_TXT)}
-    raise RewardFileMissing(f"the verifier wrote neither /logs/verifier/{REWARD_JSON} nor {REWARD_TXT}")
+        rewards, name = _parse_json(_text(REWARD_JSON, data)), REWARD_JSON
+    else:
+        data = read(REWARD_TXT)
+        if data is None:
+            raise RewardFileMissing(f"the verifier wrote neither /logs/verifier/{REWARD_JSON} nor {REWARD_TXT}")
+        rewards, name = {REWARD_KEY: _number(_text(REWARD_TXT, data).strip(), REWARD_TXT)}, REWARD_TXT
+    low, high = bounds
+    if not low <= rewards[REWARD_KEY] <= high:
+        raise RewardOutOfRange(
+            f"/logs/verifier/{name}: reward {rewards[REWARD_KEY]:.6g} is outside the task's range [{low:g}, {high:g}]"
+        )
+    return rewards
 
 
 def _read(directory: int, name: str) -> bytes | None:
