@@ -24,10 +24,12 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 
@@ -80,6 +82,206 @@ def _checked_workdir(workdir: str) -> str:
     if not path.is_absolute() or ".." in path.parts or path == PurePosixPath("/") or covered:
         raise ValueError(f"workdir {workdir!r}: must be an absolute path outside the system directories")
     return str(path)
+
+
+_OPEN_CALLS = {
+    "x86_64": {2: (None, 0, 1), 85: (None, 0, None), 257: (0, 1, 2), 437: (0, 1, "how")},
+    "aarch64": {56: (0, 1, 2), 437: (0, 1, "how")},
+}
+"""Per machine: the syscalls that open a path, as ``nr: (dirfd arg, path arg, flags arg)``; ``creat`` has no
+flags argument (it opens ``O_WRONLY|O_CREAT|O_TRUNC``), ``openat2``'s flags are the first field of its ``how``."""
+_AT_FDCWD = -100
+
+
+class SandboxProcesses:
+    """The processes of the command a :class:`TaskShell` is running, seen from the trusted side.
+
+    A command is the keeper's child bubblewrap, whose child is the init (pid 1) of the command's pid
+    namespace; the command itself is that namespace's pid 2. Everything is read through the command's
+    own ``/proc`` (``/proc/<init>/root/proc``), which lists exactly its processes, by their pids in there.
+    This side may read them all (as root, or as the owner of the namespaces' parent), even a process
+    that made itself unreadable to its neighbours.
+    """
+
+    def __init__(self, keeper_pid: int) -> None:
+        self.keeper_pid = keeper_pid
+        self.proc: str | None = None
+        self.calls = _OPEN_CALLS.get(os.uname().machine, {})
+
+    def locate(self) -> bool:
+        """Find the running command's namespace; False while it has not started (or has ended)."""
+        if self.proc is not None:
+            return True
+        parents = _parents()
+        outer = [pid for pid, parent in parents.items() if parent == self.keeper_pid]
+        inits = [pid for pid, parent in parents.items() if parent in outer]
+        for init in inits:
+            proc = f"/proc/{init}/root/proc"
+            with contextlib.suppress(OSError, IndexError):
+                # the command's own /proc (not this side's, before bubblewrap has pivoted): its pid 1 is the init
+                same = _started(f"{proc}/1/stat") == _started(f"/proc/{init}/stat")
+                if same and os.path.exists(f"{proc}/2"):
+                    self.proc = proc
+                    return True
+        return False
+
+    def pids(self) -> list[int]:
+        """The command's processes (by their pids in its namespace), its init left out."""
+        try:
+            return sorted(int(name) for name in os.listdir(self.proc) if name.isdigit() and name != "1")
+        except OSError:
+            return []
+
+    def tasks(self) -> list[tuple[int, int]]:
+        """``(pid, tid)`` of every thread of the command's processes."""
+        found = []
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                found += [(pid, int(tid)) for tid in os.listdir(f"{self.proc}/{pid}/task") if tid.isdigit()]
+        return found
+
+    def _read(self, pid: int, what: str, size: int = 4096, tid: int | None = None) -> bytes:
+        path = f"{self.proc}/{pid}/{what}" if tid is None else f"{self.proc}/{pid}/task/{tid}/{what}"
+        try:
+            with open(path, "rb", buffering=0) as f:
+                return f.read(size)
+        except OSError:
+            return b""
+
+    def parent(self, pid: int) -> int | None:
+        """The process's parent, by its pid in the command's namespace."""
+        with contextlib.suppress(IndexError, ValueError):
+            return int(self._read(pid, "stat", 1024).rsplit(b")", 1)[1].split()[1])
+        return None
+
+    def exe(self, pid: int) -> str:
+        """The program the process runs (its path in the sandbox), or ``""``."""
+        try:
+            return os.readlink(f"{self.proc}/{pid}/exe")
+        except OSError:
+            return ""
+
+    def environ(self, pid: int) -> dict[bytes, bytes]:
+        """The environment the process started its program with."""
+        pairs = (item.split(b"=", 1) for item in self._read(pid, "environ", 1 << 16).split(b"\0") if b"=" in item)
+        return dict(pairs)
+
+    def undumpable(self, pid: int) -> bool:
+        """Whether the process is not dumpable: its ``/proc`` files are then root's, not its own uid's."""
+        try:
+            return os.stat(f"{self.proc}/{pid}/environ").st_uid == 0  # (the directory is always the process's)
+        except OSError:
+            return False
+
+    def cmdline(self, pid: int) -> list[bytes]:
+        return self._read(pid, "cmdline", 1 << 16).split(b"\0")[:-1]
+
+    def describe(self, pid: int) -> str:
+        """``pid 7 (python3 /tests/test_stats.py)``: a process as a person reads it."""
+        cmdline = self._read(pid, "cmdline", 300).replace(b"\0", b" ").strip()
+        return f"pid {pid} ({cmdline.decode(errors='replace')[:200] or '?'})"
+
+    def memory(self, pid: int, address: int, size: int) -> bytes:
+        """Up to ``size`` bytes of the process's memory at ``address`` (fewer where a mapping ends)."""
+        try:
+            fd = os.open(f"{self.proc}/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return b""
+        try:
+            out = b""
+            while len(out) < size:
+                page_left = 4096 - (address + len(out)) % 4096
+                try:
+                    chunk = os.pread(fd, min(page_left, size - len(out)), address + len(out))
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            return out
+        finally:
+            os.close(fd)
+
+    def waiting_open(self, pid: int, tid: int) -> WaitingOpen | None:
+        """What the thread waits to open, if it sleeps inside an open call (a FIFO waiting for its other end).
+
+        The call and its register arguments are the kernel's (the flags of ``open``, ``openat`` and ``creat``
+        are exact); the path and ``openat2``'s flags are read from the process's memory, which its other
+        threads may have changed since: ``file`` is what the path names now, as the thread would resolve it.
+        """
+        line = self._read(pid, "syscall", 512, tid)
+        fields = line.split()
+        try:
+            nr, args = int(fields[0]), [int(v, 16) for v in fields[1:7]]
+        except (ValueError, IndexError):
+            return None  # "running", or not in a call
+        if nr not in self.calls or self._read(pid, "stat", 1024, tid).rsplit(b")", 1)[-1].split()[:1] != [b"S"]:
+            return None
+        dirfd_arg, path_arg, flags_arg = self.calls[nr]
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC if flags_arg is None else None
+        if isinstance(flags_arg, int):
+            flags = args[flags_arg]
+        path = self.memory(pid, args[path_arg], 4096).split(b"\0", 1)[0]
+        task = f"{self.proc}/{pid}/task/{tid}"
+        if path.startswith(b"/"):
+            base = f"{task}/root"
+        else:
+            dirfd = args[dirfd_arg] if dirfd_arg is not None else _AT_FDCWD
+            dirfd = dirfd - (1 << 64) if dirfd >= 1 << 63 else dirfd
+            dirfd = dirfd - (1 << 32) if dirfd >= 1 << 31 else dirfd
+            base = f"{task}/cwd" if dirfd == _AT_FDCWD else f"{self.proc}/{pid}/fd/{dirfd}"
+        file = None
+        with contextlib.suppress(OSError, ValueError):
+            if path:
+                st = os.stat(os.fsencode(base) + b"/" + path)
+                file = (st.st_dev, st.st_ino)
+        return WaitingOpen(line, flags, file)
+
+    def holds(self, pid: int, inode: tuple[int, int]) -> bool:
+        """Whether the process has the file ``(st_dev, st_ino)`` open."""
+        fds = f"{self.proc}/{pid}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:
+            return False
+        for name in names:
+            with contextlib.suppress(OSError):
+                st = os.stat(f"{fds}/{name}")
+                if (st.st_dev, st.st_ino) == inode:
+                    return True
+        return False
+
+
+@dataclass(frozen=True)
+class WaitingOpen:
+    """A thread asleep in an open call: the call as ``/proc`` shows it, its flags, the file its path names now."""
+
+    call: bytes
+    flags: int | None
+    """None where they are not known for sure (``openat2``'s, in the caller's memory): take it for a writer."""
+    file: tuple[int, int] | None
+    """``(st_dev, st_ino)`` of what the path resolves to now; None if nothing."""
+
+    @property
+    def writes(self) -> bool:
+        return self.flags is None or self.flags & os.O_ACCMODE != os.O_RDONLY
+
+
+def _started(stat_path: str) -> bytes:
+    """A process's start time (``/proc/<pid>/stat``'s 22nd field): with its pid, who it is."""
+    with open(stat_path, "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[19]
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process of this machine (no ``/proc/<pid>/task/*/children`` everywhere)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    found[int(name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+    return found
 
 
 class TaskShell:
@@ -195,18 +397,50 @@ class TaskShell:
         """
         return self._command(command, timeout_s, mounts, {**self.env, **env}, fresh_tmp=True)
 
-    def new_dir(self, copy_of: Path | None = None) -> Path:
-        """A fresh directory of the attempt (a copy of ``copy_of``) that only a later :meth:`run_phase` sees."""
+    def new_dir(self, copy_of: Path | None = None, *, protected: bool = False) -> Path:
+        """A fresh directory of the attempt (a copy of ``copy_of``) that only a later :meth:`run_phase` sees.
+
+        ``protected``: its commands may add entries (its directories are sticky and writable by all) but,
+        launched as root, neither change nor remove what is there (it stays the launcher's, writable by no
+        one else). Launched unprivileged the sandbox's uid is the owner, who may undo modes, so a caller
+        that needs the contents intact also watches them (see :mod:`rl_assets.sandbox.task_trial`).
+        """
         self._dirs += 1
         path = self.base / f"phase-{self._dirs}-{secrets.token_hex(4)}"
         if copy_of is None:
             path.mkdir()
         else:
             shutil.copytree(copy_of, path, symlinks=True)
-        if self.host_uid is not None:  # the sandbox's host uid owns it, so its commands may write there
-            for entry in [path, *path.rglob("*")]:
+        for entry in [path, *path.rglob("*")]:
+            mode = entry.lstat().st_mode
+            if protected and stat.S_ISDIR(mode):
+                entry.chmod(0o1777)
+            elif protected and stat.S_ISREG(mode):
+                entry.chmod(stat.S_IMODE(mode) & ~0o7022)
+            elif self.host_uid is not None:  # the sandbox's host uid owns it, so its commands may write there
                 os.lchown(entry, self.host_uid, self.host_uid)
         return path
+
+    @property
+    def privileged(self) -> bool:
+        """Launched as root: the sandbox runs as a uid of its own, and this side may read any of its processes."""
+        return self.host_uid is not None
+
+    def fork_view(self) -> Path:
+        """The fork as the sandbox's commands see it at the working directory, reached from this side.
+
+        Through the keeper's mount namespace (``/proc/<keeper>/root``), where the fork is mounted on the
+        stage; for the trusted side to inspect (and tidy) between commands, when none is running.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            raise TaskSandboxError("the task sandbox is closed")
+        return Path(f"/proc/{self.proc.pid}/root{keeper.STAGE_POINT}/fork")
+
+    def processes(self) -> SandboxProcesses:
+        """The processes of the command that is running (or about to run), seen from this side."""
+        if self.proc is None:
+            raise TaskSandboxError("the task sandbox is closed")
+        return SandboxProcesses(self.proc.pid)
 
     def _command(
         self, command: str, timeout_s: float, mounts: Mapping[str, Path], env: Mapping[str, str], fresh_tmp: bool
