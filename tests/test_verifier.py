@@ -143,8 +143,10 @@ def test_the_verifier_sees_the_agents_work_its_tests_a_fresh_log_dir_and_its_env
     with task_shell(task, fork) as shell:
         assert shell.run("echo 42 > answer.txt", 10).exit_code == 0
         result = verify(shell, task)
-    assert result.rewards == {"reward": 1.0, "cwd_is_workdir": 1.0, "logs_empty": 0.0, "env": 7.0}
+    # /logs/verifier holds only the harness's two reward files (FIFOs whose writes it takes, see test_reward_attacks)
+    assert result.rewards == {"reward": 1.0, "cwd_is_workdir": 1.0, "logs_empty": 2.0, "env": 7.0}
     assert result.reward == 1.0 and result.output == "done\n" and result.exit_code == 3 and result.seconds > 0
+    assert result.provenance == "verifier" and result.neutralised == ()
 
 
 def test_a_verifier_past_its_timeout_is_a_timeout_error(tmp_path, fork):
