@@ -229,11 +229,9 @@ try:
 
         if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0):  # PR_SET_DUMPABLE
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
-    from importlib import machinery
-    from importlib._bootstrap_external import FileLoader
-
-    _wrap(FileLoader, "get_data", lambda self, args: args[0])
-    _wrap(machinery.ExtensionFileLoader, "create_module", lambda self, args: self.path)
+    _external = sys.modules["_frozen_importlib_external"]  # importlib's own, loaded at start: nothing to import
+    _wrap(_external.FileLoader, "get_data", lambda self, args: args[0])
+    _wrap(_external.ExtensionFileLoader, "create_module", lambda self, args: self.path)
     sys.addaudithook(_audit)
 except BaseException as _err:
     os.write(2, ("rl-assets: the import guard did not load (%s): stopping\n" % _err).encode())
@@ -427,7 +425,8 @@ class _Inotify:
                 yield wd, mask, os.fsdecode(name)
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Closing an inotify instance waits out the kernel's grace period (tens of ms): not on the trial's time."""
+        threading.Thread(target=os.close, args=(self.fd,), name="inotify-close", daemon=True).start()
 
 
 @dataclass(eq=False)
