@@ -106,13 +106,15 @@ class SandboxProcesses:
     def __init__(self, keeper_pid: int) -> None:
         self.keeper_pid = keeper_pid
         self.proc: str | None = None
+        self.since = _last_pid()
+        """The last pid given out before the command: its processes' pids come after it."""
         self.calls = _OPEN_CALLS.get(os.uname().machine, {})
 
     def locate(self) -> bool:
         """Find the running command's namespace; False while it has not started (or has ended)."""
         if self.proc is not None:
             return True
-        parents = _parents()
+        parents = _parents(self.since, _last_pid())
         outer = [pid for pid, parent in parents.items() if parent == self.keeper_pid]
         inits = [pid for pid, parent in parents.items() if parent in outer]
         for init in inits:
@@ -273,14 +275,22 @@ def _started(stat_path: str) -> bytes:
         return f.read().rsplit(b")", 1)[1].split()[19]
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process of this machine (no ``/proc/<pid>/task/*/children`` everywhere)."""
+def _last_pid() -> int:
+    """The pid last given out on this machine (``/proc/loadavg``'s last field)."""
+    with open("/proc/loadavg", "rb") as f:
+        return int(f.read().split()[-1])
+
+
+def _parents(since: int, last: int) -> dict[int, int]:
+    """pid -> parent pid of the processes of this machine started since pid ``since`` was given out, up to ``last``.
+
+    Pids are given out in order, wrapping around (no ``/proc/<pid>/task/*/children`` on every kernel).
+    """
     found = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    found[int(name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+    for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
+        if since < pid <= last or (last < since and (pid > since or pid <= last)):
+            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat", "rb") as f:
+                found[pid] = int(f.read().rsplit(b")", 1)[1].split()[1])
     return found
 
 
