@@ -416,6 +416,38 @@ def test_who_may_write_the_reward_besides_test_sh_s_shell(tmp_path, trial, write
             trial(make_task(tmp_path, test_sh)).verify()
 
 
+LOADS = {
+    # test.sh's own code: the standard library, a system library by name, code made from strings
+    "stdlib": ("import json, dataclasses, collections, ctypes; ctypes.CDLL('libc.so.6')", True),
+    # the agent's: a module, its bytecode under a borrowed name, a native library, a script run by path
+    "module": ("import sys; sys.path.insert(0, '.'); import helper", False),
+    "bytecode": ("import sys; sys.path.insert(0, '.'); import compiled", False),
+    "native": ("import ctypes; ctypes.CDLL('./libagent.so')", False),
+    "script": ("import runpy; runpy.run_path('helper.py')", False),
+}
+
+
+@pytest.mark.parametrize("load", LOADS)
+def test_the_import_guard_fences_a_python_only_once_it_loads_the_agents_code(tmp_path, trial, load):
+    code, may_write = LOADS[load]
+    write = "open('/logs/verifier/reward.txt', 'w').write('1')"
+    test_sh = f'#!/bin/bash\npython3 -c "{code}; {write}" || echo 0 > /logs/verifier/reward.txt\n'
+    t = trial(make_task(tmp_path, test_sh))
+    t.write("helper.py", "X = 1")
+    t.agent(  # bytecode whose code object claims to be the standard library's; a native library of its own
+        "python3 -c \"import marshal, importlib.util as u; c = compile('X = 1', '/usr/lib/python3/x.py', 'exec');"
+        " open('compiled.pyc', 'wb').write(u.MAGIC_NUMBER + bytes(12) + marshal.dumps(c))\"",
+        "for d in /lib/x86_64-linux-gnu /lib/aarch64-linux-gnu /lib64 /usr/lib64; do"
+        " [ -e $d/libm.so.6 ] && cp $d/libm.so.6 libagent.so && break; done; [ -e libagent.so ]",
+    )
+    result = t.verify()
+    assert result.provenance == "verifier"
+    if may_write:
+        assert result.reward == 1.0, result.output
+    else:
+        assert "PermissionError" in result.output and result.reward == 0.0, result.output
+
+
 # -- row 14: the verifier's time is the trial's -----------------------------------------------------------
 
 

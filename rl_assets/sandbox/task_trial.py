@@ -144,11 +144,18 @@ _fenced = False
 def _untrusted(path):
     try:
         path = os.fsdecode(path)
-        if path.startswith("<"):
+        if not path or path.startswith("<"):
             return False  # "<string>", "<frozen ...>": no file
         return not os.path.realpath(path).startswith(_TRUSTED)
     except Exception:
         return True
+
+
+def _library(name):
+    """ctypes.CDLL(name): a bare name is the loader's to find, in the system's directories (or LD_LIBRARY_PATH's)."""
+    if isinstance(name, (str, bytes)) and "/" not in os.fsdecode(name) and not os.environ.get("LD_LIBRARY_PATH"):
+        return None
+    return name
 
 
 def _fence():
@@ -206,7 +213,7 @@ def _fence():
 
 def _audit(event, args):
     if event in _EVENTS and not _fenced:
-        target = args[0]
+        target = _library(args[0]) if event == "ctypes.dlopen" else args[0]
         path = getattr(target, "co_filename", target)
         if isinstance(path, (str, bytes)) and _untrusted(path):
             _fence()
