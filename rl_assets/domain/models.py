@@ -16,6 +16,9 @@ from rl_assets.domain.names import RubricName
 from rl_assets.domain.record import Record
 from rl_assets.domain.transcripts import Transcript, Usage
 
+PROVENANCE_VERIFIER = "verifier"
+"""A task trial's verifier reward the harness saw written by test.sh's own shell (or a Python it started that ran
+none of the agent's code), the tests untouched. Any other provenance is ``flagged: <why>``, never trained on."""
 MAX_RUBRIC_WEIGHT = 1000.0
 """Weights scale a score in [0, 1]; beyond this a weight is a typo, not a preference."""
 N_DOCS = 8

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_assets.domain.models import VerifierOutcome
+from rl_assets.domain.models import PROVENANCE_VERIFIER, VerifierOutcome
 
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
@@ -37,8 +37,6 @@ DEFAULT_REWARD_RANGE = (0.0, 1.0)
 """A task's training reward unless its ``[metadata.verifier] reward_range = [low, high]`` declares another."""
 REWARD_BOUND = 1e6
 """No declared range reaches past this magnitude: a step's sum of rewards stays far from a float's range."""
-PROVENANCE_VERIFIER = "verifier"
-"""The reward's every byte was written by ``test.sh``'s own shell, and the tests were untouched."""
 FLAGGED = "flagged: "
 """The prefix of a provenance that is not :data:`PROVENANCE_VERIFIER`: the platform cannot vouch for the reward."""
 
