@@ -160,5 +160,5 @@ class HangingSession:
         result = self.inner.run("exec sleep infinity", timeout_s)
         raise SandboxTimeout(f"injected hang: a command ran {result.seconds:.1f}s until its timeout killed it")
 
-    def verify(self, answer: str) -> VerifierOutcome:
-        return self.inner.verify(answer)
+    def verify(self, answer: str, deadline: float | None = None) -> VerifierOutcome:
+        return self.inner.verify(answer, deadline)

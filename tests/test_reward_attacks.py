@@ -563,3 +563,35 @@ def test_launched_unprivileged_the_reward_is_still_the_shells_and_a_changed_test
     assert neutralised == ["/app/peek.py -> /tests/test_stats.py"]
     reward, provenance, _ = seen["append"]  # the appended line ran: the shell wrote 1, but its test was changed
     assert (reward, provenance) == (1.0, "flagged: /tests/test.sh was changed during the verifier")
+
+
+# -- with the seams' side applied (world_store, workload, the reward check) --------------------------------
+
+
+def test_the_local_task_session_keeps_the_provenance_and_passes_the_deadline(tmp_path, trial):
+    from rl_assets.resources.world_store import LocalTaskSession
+
+    t = trial("fix-python-function")
+    t.write("stats.py", forging("open('/logs/verifier/reward.json', 'w').write('1')") + BUGGY_STATS)
+    assert LocalTaskSession(t.shell, t.task).verify("").provenance == "verifier"
+    slow = trial(make_task(tmp_path, "#!/bin/bash\nsleep 50\n", toml="[verifier]\ntimeout_sec = 86400"))
+    with pytest.raises(VerifierTimeout, match="the trial's deadline"):
+        LocalTaskSession(slow.shell, slow.task).verify("", time.monotonic() + 1)
+
+
+def test_the_blocking_reward_check_refuses_a_flagged_reward():
+    from rl_assets.domain.invariants import range_finding
+    from rl_assets.domain.judge_rubric import DEFAULT_JUDGE_RUBRIC
+
+    outcome = VerifierOutcome(reward=0.0, rewards={"reward": 0.0}, output="", provenance="flagged: forged")
+    trajectory = Trajectory(
+        trial_id="s0-t-n0", world_id="w", world_hash="h", policy_version=0, policy_hash="p",
+        turns=[], answer="", files_written=[], verifier=outcome,
+    )  # fmt: skip
+    flagged = task_reward(trajectory, "task-done", None)
+    assert not range_finding(flagged, DEFAULT_JUDGE_RUBRIC).passed
+    assert "not vouched for (flagged: forged)" in range_finding(flagged, DEFAULT_JUDGE_RUBRIC).detail
+    vouched = trajectory.model_copy(update={"verifier": outcome.model_copy(update={"provenance": "verifier"})})
+    assert range_finding(task_reward(vouched, "task-done", None), DEFAULT_JUDGE_RUBRIC).passed
+    legacy = trajectory.model_copy(update={"verifier": outcome.model_copy(update={"provenance": None})})
+    assert range_finding(task_reward(legacy, "task-done", None), DEFAULT_JUDGE_RUBRIC).passed  # recorded before

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.judge_rubric import JudgeRubric
-from rl_assets.domain.models import Reward, Verdict
+from rl_assets.domain.models import PROVENANCE_VERIFIER, Reward, Verdict
 from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.scoring import JUDGE_NOISE
 
@@ -52,7 +52,8 @@ REWARD_IN_RANGE = Invariant(
     "reward_in_range",
     "rewards",
     "The reward is a finite number in its rubric's range: the reference judge's score within the rubric's "
-    "weights (plus its noise) and the reward the verifier plus that score; an LLM judge's score in [0, 1].",
+    "weights (plus its noise) and the reward the verifier plus that score; an LLM judge's score in [0, 1]. A "
+    "task trial's verifier reward must be vouched for: one whose provenance is flagged is never trained on.",
 )
 APPLIED_ONCE = Invariant(
     "applied_once",
@@ -138,6 +139,8 @@ def verdict_finding(reward: Reward, verdicts: Mapping[str, Verdict | None], judg
 
 def range_finding(reward: Reward, rubric: AnyRubric) -> Finding:
     """Whether the reward is finite and in its rubric's range (see :func:`score_range`)."""
+    if reward.verifier_provenance not in (None, PROVENANCE_VERIFIER):
+        return failed(f"{reward.trial_id}: the verifier's reward is not vouched for ({reward.verifier_provenance})")
     values = {"reward": reward.reward, "score": reward.score}
     if reward.verifier_reward is not None:
         values["verifier_reward"] = reward.verifier_reward

@@ -40,7 +40,15 @@ from rl_assets.kubernetes.task_pods import SCRATCH_MOUNTS, TASK_CONTAINER
 from rl_assets.kubernetes.waiting import Waiting
 from rl_assets.sandbox.protocol import CommandResult
 from rl_assets.tasks.task import Task
-from rl_assets.tasks.verifier import REWARD_FILE_BYTES, RewardFileUnsafe, VerifierError, VerifierTimeout, rewards_from
+from rl_assets.tasks.verifier import (
+    REWARD_FILE_BYTES,
+    RewardFileUnsafe,
+    VerifierError,
+    VerifierTimeout,
+    reward_range,
+    rewards_from,
+    verifier_time,
+)
 
 SETUP_WAIT_S = 120.0
 """How long the trusted phases' own commands (clearing, copying, reading a reward file) may take."""
@@ -110,8 +118,10 @@ class K8sTaskSession:
                 "a task pod's commands need bash, timeout, env, head, tar and find"
             )
 
-    def verify(self, answer: str) -> VerifierOutcome:
+    def verify(self, answer: str, deadline: float | None = None) -> VerifierOutcome:
         config = self.task.config
+        bounds = reward_range(config.metadata)
+        timeout_s, why = verifier_time(config.verifier.timeout_sec, deadline)
         archive = tests_archive(self.task.path / "tests")
         said = answer.encode("utf-8")
         code, output = self.exec.argv(
@@ -123,15 +133,11 @@ class K8sTaskSession:
             raise TaskPodError(
                 f"task pod {self.exec.pod}: the verifier's files could not be set up: {output.text()[:500]}"
             )
-        result = self.exec.command(
-            "bash /tests/test.sh", config.verifier.timeout_sec, workdir=self.workdir, env=config.verifier.env
-        )
+        result = self.exec.command("bash /tests/test.sh", timeout_s, workdir=self.workdir, env=config.verifier.env)
         if result.timed_out:
-            raise VerifierTimeout(
-                f"tests/test.sh ran past {config.verifier.timeout_sec:g}s and was killed", result.output
-            )
+            raise VerifierTimeout(f"tests/test.sh ran past {why} and was killed", result.output)
         try:
-            rewards = rewards_from(self._reward_file)
+            rewards = rewards_from(self._reward_file, bounds)
         except VerifierError as err:
             err.output = result.output
             raise

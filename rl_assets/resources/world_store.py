@@ -123,6 +123,5 @@ class LocalTaskSession:
     def run(self, command: str, timeout_s: float) -> CommandResult:
         return self.shell.run(command, timeout_s)
 
-    def verify(self, answer: str) -> VerifierOutcome:
-        result = verify(self.shell, self.task, answer)
-        return VerifierOutcome(reward=result.reward, rewards=result.rewards, output=result.output)
+    def verify(self, answer: str, deadline: float | None = None) -> VerifierOutcome:
+        return verify(self.shell, self.task, answer, deadline).outcome()

@@ -92,6 +92,7 @@ from rl_assets.tasks.verifier import (
     VerifierTimeout,
     reward_range,
     rewards_from,
+    verifier_time,
 )
 
 ANSWER_FILE = "answer.txt"
@@ -257,11 +258,7 @@ def verify(shell: TaskShell, task: Task, answer: str = "", deadline: float | Non
     """
     config = task.config
     bounds = reward_range(config.metadata)
-    timeout_s, why = config.verifier.timeout_sec, f"its [verifier] timeout_sec, {config.verifier.timeout_sec:g}s"
-    if deadline is not None and deadline - time.monotonic() < timeout_s:
-        timeout_s, why = deadline - time.monotonic(), "the trial's deadline"
-        if timeout_s <= 0:
-            raise VerifierTimeout("the trial's deadline passed before tests/test.sh could start")
+    timeout_s, why = verifier_time(config.verifier.timeout_sec, deadline)
     neutralised = neutralise(shell)
     tests = shell.new_dir(copy_of=task.path / "tests", protected=True)
     agent_logs = shell.new_dir(protected=True)

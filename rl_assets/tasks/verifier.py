@@ -22,6 +22,7 @@ import json
 import math
 import os
 import stat
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,17 @@ class VerifierError(RuntimeError):
 
 class VerifierTimeout(VerifierError):
     """The test script ran past ``[verifier] timeout_sec`` and was killed."""
+
+
+def verifier_time(timeout_sec: float, deadline: float | None) -> tuple[float, str]:
+    """(the seconds test.sh may run, why that many): its ``[verifier] timeout_sec``, or what is left of the
+    trial's ``deadline`` (``time.monotonic()``) when that is less; none left is a :class:`VerifierTimeout`."""
+    if deadline is None or deadline - time.monotonic() >= timeout_sec:
+        return timeout_sec, f"{timeout_sec:g}s"
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise VerifierTimeout("the trial's deadline passed before tests/test.sh could start")
+    return left, "the trial's deadline"
 
 
 class RewardFileMissing(VerifierError):

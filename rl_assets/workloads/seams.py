@@ -65,9 +65,10 @@ class TaskSession(Protocol):
         """The :class:`~rl_assets.sandbox.protocol.Shell` seam: one agent command."""
         ...
 
-    def verify(self, answer: str) -> VerifierOutcome:
+    def verify(self, answer: str, deadline: float | None = None) -> VerifierOutcome:
         """The task's ``tests/test.sh`` on the fork as the agent left it, with the agent's final message in
-        ``/logs/agent/answer.txt`` (Harbor's agent log directory); raises when it gives no usable reward."""
+        ``/logs/agent/answer.txt`` (Harbor's agent log directory); raises when it gives no usable reward.
+        ``deadline`` (``time.monotonic()``): the trial's; the verifier gets at most what is left of it."""
         ...
 
 

@@ -10,6 +10,7 @@ cost-ledger hook as it arrives. The policy is whatever the server serves
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ class TaskAgent:
 
     def rollout(self, environment: Environment, spec: TrialSpec, policy: Policy, attempt: Attempt) -> Rollout:
         config = attempt.config
+        deadline = time.monotonic() + attempt.timeout_s  # the trial's, the verifier's time included
         task = environment.task(spec.world_id)
         task_timeout_s = task.config.agent.timeout_sec or attempt.timeout_s
         limits = AgentLimits(max_turns=spec.max_turns, timeout_s=min(task_timeout_s, attempt.timeout_s))
@@ -57,7 +59,7 @@ class TaskAgent:
             environment.task_session(spec.world_id, config.name, spec.trial_id, attempt.attempt_id, task) as session,
         ):
             transcript = ChatAgent(limits).run(task.instruction, client, session, seed=seed)
-            outcome = session.verify(final_answer(transcript))
+            outcome = session.verify(final_answer(transcript), deadline)
         return Rollout(turns=[], answer="", files_written=[], transcript=transcript, verifier=outcome)
 
 
