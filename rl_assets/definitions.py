@@ -28,6 +28,7 @@ def load_definitions() -> dg.Definitions:
     """
     from rl_assets.assets.rewards import rewards
     from rl_assets.assets.rubrics import rubrics
+    from rl_assets.assets.task_images import task_images
     from rl_assets.assets.trajectories import trajectories
     from rl_assets.assets.weights import weights
     from rl_assets.assets.worlds import worlds
@@ -38,7 +39,7 @@ def load_definitions() -> dg.Definitions:
     from rl_assets.rubric_observer import rubric_observer
 
     return dg.Definitions(
-        assets=[rubrics, worlds, trajectories, rewards, weights],
+        assets=[rubrics, worlds, task_images, trajectories, rewards, weights],
         jobs=[
             world_job,
             trial_job,

@@ -1,6 +1,6 @@
 """Jobs: the units the driver launches, one run per unit of work.
 
-- ``world_job``: build and seal one world;
+- ``world_job``: build and seal one world, and build (or find) its task's image;
 - ``trial_job``: one trial, as two steps (generate, then judge) in separate
   processes with their own retries: a crash while judging never regenerates;
 - ``judge_job``: one trial's judging alone, for re-scoring stored trajectories;
@@ -18,6 +18,7 @@ import dagster as dg
 
 from rl_assets.assets.partitions import STEP, TRIAL, WORLD
 from rl_assets.assets.rewards import rewards
+from rl_assets.assets.task_images import task_images
 from rl_assets.assets.trajectories import trajectories
 from rl_assets.assets.weights import weights
 from rl_assets.assets.worlds import worlds
@@ -26,11 +27,11 @@ from rl_assets.tags import KIND_TAG
 
 world_job = dg.define_asset_job(
     "world_job",
-    selection=[worlds],
+    selection=[worlds, task_images],
     partitions_def=WORLD,
     executor_def=dg.in_process_executor,
     tags={KIND_TAG: "world"},
-    description="Build and seal one world.",
+    description="Build and seal one world; build its task's image once (a container task).",
 )
 
 trial_job = dg.define_asset_job(

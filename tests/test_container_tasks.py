@@ -29,7 +29,7 @@ from rl_assets.containers.runtime import ContainerRuntimeUnavailable, container_
 from rl_assets.containers.sessions import WORKER_LABEL, container_session, reap
 from rl_assets.tasks.task import load_task
 from rl_assets.testing.example_solutions import POLICY_MODEL, call, script
-from rl_assets.testing.expectations import train_json
+from rl_assets.testing.expectations import run_cli, train_json
 from rl_assets.testing.kills import Train, Watch, kill_train_tree, run_train, wait_for
 from rl_assets.testing.served_model import ServedModel
 
@@ -231,10 +231,15 @@ def test_a_sigkilled_container_run_leaves_containers_only_the_reaper_removes_and
     runtime, home, stores, instance, tmp_path
 ):
     name = "containers-killed"
+    # A fresh build context for one task (a byte no earlier run built), so its build count is exactly one.
+    tasks = Path(tempfile.mkdtemp(dir=tmp_path)) / "tasks"
+    shutil.copytree(EXAMPLES, tasks)
+    (tasks / "summarize-json" / "environment" / "nonce").write_text(uuid.uuid4().hex)
+    fresh = load_task(tasks / "summarize-json")
     slow = {"slow": 10_000, "slow_s": 0.5}  # every answer waits: the trials are inside their containers
     with ServedModel(script(faults=slow, extra=CONTAINER_SOLUTIONS), tmp_path) as server:
         args = [
-            *("--experiment", name, "--tasks", str(EXAMPLES), "--policy-url", server.base_url),
+            *("--experiment", name, "--tasks", str(tasks), "--policy-url", server.base_url),
             *("--policy-model", POLICY_MODEL, "--steps", "1", "--samples", "2", "--max-turns", "4"),
         ]
         train = Train.start(home, args)
@@ -251,11 +256,17 @@ def test_a_sigkilled_container_run_leaves_containers_only_the_reaper_removes_and
     assert code == 0, err[-3000:]
     assert all(t["reward"] == 1.0 for t in json.loads(out)["trials"])
     assert _containers(runtime) == []
-    # Each task's image, across the crash and the rerun: one image, built at most once (the worlds asset's records).
-    for world in stores.experiments.get(name).task_worlds.values():
+    fork = ("fork", "--from", name, "--experiment", f"{name}-fork", "--rubric", "task-done", "--json")
+    run_cli(home, *fork)  # reuses every rollout: no container, no build
+    # Each task's image across the crash, the rerun and the fork: one image, built at most once, the fresh one
+    # exactly once (the task_images asset's materializations).
+    builds = {}
+    for task_name, world in stores.experiments.get(name).task_worlds.items():
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("worlds"), asset_partitions=[world]), limit=100
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("task_images"), asset_partitions=[world]), limit=100
         ).records
         metadata = [r.asset_materialization.metadata for r in records]
         assert metadata and len({m["image_id"].value for m in metadata}) == 1, world
-        assert sum(bool(m["image_built_now"].value) for m in metadata) <= 1, world
+        builds[task_name] = sum(bool(m["image_built_now"].value) for m in metadata)
+    assert builds[fresh.path.name] == 1 and all(count <= 1 for count in builds.values()), builds
+    runtime.run(["image", "rm", "-f", image_tag(fresh, context_hash(fresh.path / "environment"))], timeout_s=120)

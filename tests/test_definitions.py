@@ -23,7 +23,8 @@ def test_definitions_validate_and_the_graph_is_worlds_trajectories_rewards_weigh
     assert parents == {
         "rubrics": [],
         "worlds": [],
-        "trajectories": ["worlds"],
+        "task_images": [],
+        "trajectories": ["task_images", "worlds"],
         "rewards": ["rubrics", "trajectories"],
         "weights": ["rewards"],
     }
@@ -47,11 +48,12 @@ def test_each_asset_has_its_partitions_and_each_edge_its_mapping():
         return graph.get_partition_mapping(dg.AssetKey(child), dg.AssetKey(parent))
 
     assert partitions("rubrics") is None
-    assert partitions("worlds") == dg.DynamicPartitionsDefinition(name="world")
+    assert partitions("worlds") == partitions("task_images") == dg.DynamicPartitionsDefinition(name="world")
     assert partitions("trajectories") == TRIAL and partitions("rewards") == TRIAL
     assert [d.name for d in partitions("rewards").partitions_defs] == ["step", "trial"]
     assert partitions("weights") == STEP
     assert isinstance(mapping("trajectories", "worlds"), dg.AllPartitionMapping), "any world a step's prompts use"
+    assert isinstance(mapping("trajectories", "task_images"), dg.AllPartitionMapping)
     assert isinstance(mapping("rewards", "trajectories"), dg.IdentityPartitionMapping)
     assert isinstance(mapping("rewards", "rubrics"), dg.AllPartitionMapping)
     assert mapping("weights", "rewards") == dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="step")

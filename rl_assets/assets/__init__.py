@@ -1,4 +1,4 @@
-"""The asset graph: worlds -> trajectories -> rewards -> weights, with rubrics -> rewards.
+"""The asset graph: worlds and task_images -> trajectories -> rewards -> weights, with rubrics -> rewards.
 
 The loop's back-edge (weights of step s-1 feed trajectories and weights of
 step s) is not a Dagster dependency, because Dagster rejects cycles between

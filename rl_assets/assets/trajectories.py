@@ -32,7 +32,10 @@ from rl_assets.worlds import WorldTamperedError
 
 @dg.asset(
     partitions_def=TRIAL,
-    deps=[dg.AssetDep("worlds", partition_mapping=dg.AllPartitionMapping())],
+    deps=[
+        dg.AssetDep("worlds", partition_mapping=dg.AllPartitionMapping()),
+        dg.AssetDep("task_images", partition_mapping=dg.AllPartitionMapping()),
+    ],
     code_version="trajectory-v1",
     group_name="rl",
     pool=pools.ROLLOUT,

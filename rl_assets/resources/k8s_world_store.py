@@ -172,6 +172,11 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
             raise SandboxTimeout(f"rollout of {trial_id} exceeded {timeout_s}s and its pod was killed")
         return rollout_from_output(outcome.exit_code, outcome.log, outcome.log)
 
+    def ensure_image(self, world_id: str) -> None:
+        """No image is built in the cluster: a task's pod runs its pushed ``docker_image``, pulled by the kubelet
+        (a Dockerfile-only task is refused when the experiment is recorded: :mod:`rl_assets.tasks.locality`)."""
+        return None
+
     def task(self, world_id: str) -> Task:
         """The recorded task of a task world (its snapshot in the home volume)."""
         return snapshot_task(Home.resolve(self.home).tasks, world_id)
