@@ -11,7 +11,7 @@ from typing import Any
 
 from rl_assets.batches import recorded_batch
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Policy, StepResult
+from rl_assets.domain.models import Policy, StepResult, Trajectory
 from rl_assets.domain.task_totals import summed
 from rl_assets.domain.transcripts import Usage
 from rl_assets.home import Home
@@ -83,6 +83,12 @@ def final_policy(stores: Stores, config: ExperimentConfig) -> Policy:
     return policy
 
 
+def _steps(trajectory: Trajectory | None) -> dict[str, Any]:
+    """A multi-step task's steps (each one's rewards, or why it has none); nothing for a one-step task."""
+    steps = trajectory.verifier.steps if trajectory is not None and trajectory.verifier is not None else ()
+    return {"steps": [o.model_dump(mode="json", exclude={"output"}) for o in steps]} if steps else {}
+
+
 def task_trials(stores: Stores, config: ExperimentConfig) -> list[dict[str, Any]]:
     """A task experiment's trials of its trained steps, in canonical order: the rewards and what they cost."""
     rows = []
@@ -105,6 +111,7 @@ def task_trials(stores: Stores, config: ExperimentConfig) -> list[dict[str, Any]
                     "policy_completion_tokens": usage.completion_tokens if usage else 0,
                     "judge_prompt_tokens": reward.judge_usage.prompt_tokens if reward.judge_usage else 0,
                     "judge_completion_tokens": reward.judge_usage.completion_tokens if reward.judge_usage else 0,
+                    **_steps(trajectory),
                 }
             )
     return rows

@@ -1,9 +1,7 @@
 """Task environments as images (issue 27): built once by their context's hash, one container per attempt,
 the agent's commands and the verifier in it through the runtime's exec, nothing left behind.
 
-Real Podman (or Docker) and real images: optional locally (skipped naming the install command), required
-in CI. No registry is reachable here, so the base the examples name, ``debian:bookworm-slim``, is made
-locally once (``mmdebstrap``) and imported under that name when the runtime does not have it.
+Real Podman (or Docker) and real images (:mod:`container_kit`).
 """
 
 from __future__ import annotations
@@ -22,11 +20,10 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from system_components import require_component
+from container_kit import BASE, runtime_with_base, task_containers
 
 from rl_assets.containers.images import context_hash, ensure_image, image_tag
-from rl_assets.containers.runtime import ContainerRuntimeUnavailable, container_runtime
-from rl_assets.containers.sessions import WORKER_LABEL, container_session, reap
+from rl_assets.containers.sessions import container_session, reap
 from rl_assets.tasks.task import load_task
 from rl_assets.testing.example_solutions import POLICY_MODEL, call, script
 from rl_assets.testing.expectations import run_cli, train_json
@@ -34,32 +31,11 @@ from rl_assets.testing.kills import Train, Watch, kill_train_tree, run_train, wa
 from rl_assets.testing.served_model import ServedModel
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "container-tasks"
-BASE = "docker.io/library/debian:bookworm-slim"
-INSTALL = "apt-get install podman runc mmdebstrap"
-
-
-def _runtime():
-    try:
-        return container_runtime()
-    except ContainerRuntimeUnavailable as err:
-        require_component("podman", False, INSTALL, str(err))
 
 
 @pytest.fixture(scope="module")
 def runtime():
-    runtime = _runtime()
-    if runtime.run(["image", "exists", BASE], timeout_s=60, check=False).returncode != 0:
-        require_component("mmdebstrap", shutil.which("mmdebstrap") is not None, INSTALL, "to make the base image")
-        with tempfile.TemporaryDirectory() as scratch:
-            rootfs = Path(scratch) / "rootfs.tar"
-            subprocess.run(["mmdebstrap", "--variant=minbase", "bookworm", str(rootfs)], check=True, timeout=900)
-            runtime.run(["import", str(rootfs), BASE], timeout_s=600)
-    return runtime
-
-
-def _containers(runtime) -> list[str]:
-    proc = runtime.run(["ps", "-a", "--filter", f"label={WORKER_LABEL}", "--format", "{{.Names}}"], timeout_s=60)
-    return proc.stdout.decode().split()
+    return runtime_with_base()
 
 
 def _task(tmp_path: Path, test_sh: str, solve: str = "true", toml: str = "") -> Path:
@@ -88,7 +64,7 @@ def test_the_example_container_tasks_pass_tasks_check_and_leave_no_container(run
         (f"rl-assets/{name}", "dockerfile", "1.0") for name in ("configure-service", "fix-package", "summarize-json")
     ]
     assert proc.stdout.splitlines()[-1] == "3 valid, 0 invalid task(s); oracle: 3 of 3 solution(s) reach reward 1"
-    assert _containers(runtime) == []
+    assert task_containers(runtime) == []
 
 
 def test_an_image_is_built_once_by_its_context_and_again_when_a_byte_changes(runtime, tmp_path):
@@ -123,7 +99,7 @@ def test_a_command_is_killed_inside_the_container_at_its_timeout(runtime, tmp_pa
     assert loud.truncated and len(loud.output) < 40_000
     interfaces = {line.split(":")[0].strip() for line in network.output.splitlines()[2:]}
     assert interfaces == {"lo"}, "no network unless the task asks for it"
-    assert _containers(runtime) == []
+    assert task_containers(runtime) == []
 
 
 FORGE = """\
@@ -174,12 +150,12 @@ def test_a_sigkilled_workers_container_is_reaped(runtime, tmp_path):
         text=True,
     )
     assert worker.stdout.readline().strip() == "started", worker.communicate()[1]
-    assert len(_containers(runtime)) == 1
+    assert len(task_containers(runtime)) == 1
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
-    assert len(_containers(runtime)) == 1, "a SIGKILLed worker cannot remove its container"
+    assert len(task_containers(runtime)) == 1, "a SIGKILLed worker cannot remove its container"
     assert len(reap(runtime)) == 1
-    assert _containers(runtime) == []
+    assert task_containers(runtime) == []
 
 
 FIXED_MEDIAN = (
@@ -224,7 +200,7 @@ def test_a_container_task_experiment_trains_and_leaves_no_container(runtime, hom
     trials = result["trials"]
     assert sorted(t["task"] for t in trials) == sorted(["configure-service", "fix-package", "summarize-json"] * 2)
     assert all(t["verifier_reward"] == 1.0 and t["reward"] == 1.0 for t in trials), trials
-    assert _containers(runtime) == []
+    assert task_containers(runtime) == []
 
 
 def test_a_sigkilled_container_run_leaves_containers_only_the_reaper_removes_and_then_finishes(
@@ -248,14 +224,14 @@ def test_a_sigkilled_container_run_leaves_containers_only_the_reaper_removes_and
             kill_train_tree(train, Watch(stores.db, instance, stores.experiments.get(name)), home)
         finally:
             train.close()
-        left = _containers(runtime)
+        left = task_containers(runtime)
         assert left, "a SIGKILLed worker's container outlives it"
         assert sorted(reap(runtime)) == sorted(left), "what rl-assets stop and every new attempt do"
-        assert _containers(runtime) == []
+        assert task_containers(runtime) == []
         code, out, err = run_train(home, args)
     assert code == 0, err[-3000:]
     assert all(t["reward"] == 1.0 for t in json.loads(out)["trials"])
-    assert _containers(runtime) == []
+    assert task_containers(runtime) == []
     fork = ("fork", "--from", name, "--experiment", f"{name}-fork", "--rubric", "task-done", "--json")
     run_cli(home, *fork)  # reuses every rollout: no container, no build
     # Each task's image across the crash, the rerun and the fork: one image, built at most once, the fresh one

@@ -194,4 +194,5 @@ def _task_metadata(trajectory: Trajectory) -> dict[str, object]:
         "ended": transcript.ended,
         "token_ids": transcript.has_token_ids,
         "verifier_reward": verifier.reward,
+        **({"steps": "; ".join(f"{o.name}: {o.summary()}" for o in verifier.steps)} if verifier.steps else {}),
     }

@@ -33,4 +33,3 @@ def worlds(
         data_version=dg.DataVersion(digest),
         check_results=check_results("worlds", world_findings(world_store.verified_hash, world_id, digest)),
     )
-

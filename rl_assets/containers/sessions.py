@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,9 +34,11 @@ from pathlib import Path
 from rl_assets.containers.images import TaskImage
 from rl_assets.containers.runtime import PROCESS_LIMITS, ContainerCommandError, ContainerRuntime
 from rl_assets.domain.models import VerifierOutcome
-from rl_assets.sandbox.exec_protocol import TOOLS_CHECK, CappedOutput, ContainerVerifier, timed_command
+from rl_assets.sandbox.exec_protocol import TOOLS_CHECK, CappedOutput, ContainerVerifier, tests_archive, timed_command
 from rl_assets.sandbox.protocol import CommandResult
 from rl_assets.sandbox.task_shell import OUTPUT_BYTES
+from rl_assets.tasks.config import HealthcheckConfig, StepConfig
+from rl_assets.tasks.steps import StepSetupError, step_dir, verifier_settings
 from rl_assets.tasks.task import Task
 
 OWNER_LABEL = "rl-assets.owner"
@@ -195,10 +199,53 @@ class ContainerTaskSession:
 
     def verify(self, answer: str, deadline: float | None = None) -> VerifierOutcome:
         """Test.sh as ``[verifier] user`` (root by default, as Harbor runs it), after the harness's clean slate."""
-        verifier_user = self.task.config.verifier.user or ROOT
-        verifier = ContainerVerifier(
+        return self._verifier(None).verify(self.task, answer, deadline)
+
+    def verify_step(self, answer: str, deadline: float | None, step: StepConfig) -> VerifierOutcome:
+        """A step's test.sh: the task's and the step's tests, the step's settings (:mod:`rl_assets.tasks.steps`)."""
+        return self._verifier(step).verify(self.task, answer, deadline, step)
+
+    def prepare_step(self, step: StepConfig) -> None:
+        """Harbor's preparation of a step (:class:`~rl_assets.tasks.steps.StepEnvironment`): the last step's tests
+        and verifier logs removed before the agent can read them, the step's ``workdir/`` copied in, its
+        ``setup.sh`` run there as the agent, its healthcheck passed."""
+        code, output = self.trusted.argv(["bash", "-c", "rm -rf -- /tests /logs/verifier"], SETUP_WAIT_S)
+        if code != 0:
+            raise ContainerSessionError(
+                f"container {self.container}: the last step's tests stay: {output.text()[:300]}"
+            )
+        workdir = step_dir(self.task, step) / "workdir"
+        if workdir.is_dir():
+            self.put(tests_archive(workdir), self.workdir)
+            if (workdir / "setup.sh").is_file():
+                setup = self.agent.command(
+                    f"bash {shlex.quote(self.workdir.rstrip('/') + '/setup.sh')}", SETUP_WAIT_S, workdir=self.workdir
+                )
+                if setup.exit_code != 0:
+                    ended = "timed out" if setup.timed_out else f"exited {setup.exit_code}"
+                    raise StepSetupError(f"step {step.name!r}: workdir/setup.sh {ended}", setup.output)
+        if step.healthcheck is not None:
+            self._healthcheck(step.name, step.healthcheck)
+
+    def _healthcheck(self, name: str, check: HealthcheckConfig) -> None:
+        """Docker's HEALTHCHECK rules: failures in ``start_period_sec`` do not count; ``retries`` failures do."""
+        grace_ends = time.monotonic() + check.start_period_sec
+        failures = 0
+        while True:
+            result = self.agent.command(check.command, check.timeout_sec, workdir=self.workdir)
+            if result.exit_code == 0:
+                return
+            in_grace = time.monotonic() < grace_ends
+            failures += 0 if in_grace else 1
+            if failures >= check.retries:
+                raise StepSetupError(f"step {name!r}: healthcheck failed {failures} times", result.output)
+            time.sleep(check.start_interval_sec if in_grace else check.interval_sec)  # the check's own cadence
+
+    def _verifier(self, step: StepConfig | None) -> ContainerVerifier:
+        _, _, user = verifier_settings(self.task, step)
+        return ContainerVerifier(
             self.trusted,
-            ContainerExec(self.runtime, self.container, verifier_user),
+            ContainerExec(self.runtime, self.container, user or ROOT),
             self.workdir,
             SCRATCH,
             SETUP_WAIT_S,
@@ -206,7 +253,6 @@ class ContainerTaskSession:
             ContainerSessionError,
             f"container {self.container}",
         )
-        return verifier.verify(self.task, answer, deadline)
 
 
 def run_args(task: Task, image: TaskImage, name: str, owner: str) -> list[str]:

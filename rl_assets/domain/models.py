@@ -80,6 +80,25 @@ class Turn(Record):
     found: bool
 
 
+class StepOutcome(Record):
+    """One step of a multi-step task (Harbor's ``[[steps]]``): its verifier's rewards, or why it has none."""
+
+    name: str
+    rewards: dict[str, float] = Field(default_factory=dict, description="The step's reward file; empty if unverified.")
+    error: str | None = Field(None, exclude_if=lambda v: v is None, description="Why the step ended unverified.")
+    output: str = Field("", description="The step verifier's (or failed setup's) output, capped.")
+
+    @property
+    def verified(self) -> bool:
+        return self.error is None
+
+    def summary(self) -> str:
+        """``reward 1`` (every key), or the error."""
+        if self.error is not None:
+            return self.error
+        return ", ".join(f"{key} {value:g}" for key, value in sorted(self.rewards.items()))
+
+
 class VerifierOutcome(Record):
     """What a task's verifier (``tests/test.sh``) reported, read by the trusted side after it exited."""
 
@@ -96,6 +115,12 @@ class VerifierOutcome(Record):
         (),
         exclude_if=lambda v: not v,
         description="Links and special files of the agent's final filesystem removed before the verifier ran.",
+    )
+    steps: tuple[StepOutcome, ...] = Field(
+        (),
+        exclude_if=lambda v: not v,
+        description="A multi-step task's steps, in order, up to the one that ended the trial; the rewards above "
+        "are their per-key means (or the last one's, multi_step_reward_strategy = 'final').",
     )
 
 

@@ -30,6 +30,8 @@ from typing import Protocol
 from rl_assets.domain.models import VerifierOutcome
 from rl_assets.sandbox.protocol import CommandResult
 from rl_assets.sandbox.task_shell import OUTPUT_BYTES
+from rl_assets.tasks.config import StepConfig
+from rl_assets.tasks.steps import tests_dirs, verifier_settings
 from rl_assets.tasks.task import Task
 from rl_assets.tasks.verifier import (
     REWARD_FILE_BYTES,
@@ -91,21 +93,23 @@ head -c "$1" | tar -x -f - -C /tests && mkdir -p /logs/verifier /logs/agent && h
 """
 
 
-def tests_archive(tests: Path) -> bytes:
-    """The task's ``tests/`` as a tar stream (regular files and directories; owners and times left out)."""
+def tests_archive(*trees: Path) -> bytes:
+    """Directories as one tar stream (regular files and directories; owners and times left out); a later tree's
+    file replaces an earlier one's of the same path when unpacked (a step's ``tests/`` over the task's)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(tests.rglob("*")):
-            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(tests)))
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mtime = 0
-            info.mode |= 0o600 if info.isfile() else 0o700
-            if info.isfile():
-                with path.open("rb") as f:
-                    tar.addfile(info, f)
-            elif info.isdir():
-                tar.addfile(info)
+        for tree in trees:
+            for path in sorted(tree.rglob("*")):
+                info = tar.gettarinfo(str(path), arcname=str(path.relative_to(tree)))
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.mtime = 0
+                info.mode |= 0o600 if info.isfile() else 0o700
+                if info.isfile():
+                    with path.open("rb") as f:
+                        tar.addfile(info, f)
+                elif info.isdir():
+                    tar.addfile(info)
     return buffer.getvalue()
 
 
@@ -179,11 +183,15 @@ class ContainerVerifier:
     where: str
     """What the slate's failure names (``task pod <name>``, ``container <name>``)."""
 
-    def verify(self, task: Task, answer: str, deadline: float | None = None) -> VerifierOutcome:
-        config = task.config
-        bounds = reward_range(config.metadata)
-        timeout_s, why = verifier_time(config.verifier.timeout_sec, deadline)
-        archive = tests_archive(task.path / "tests")
+    def verify(
+        self, task: Task, answer: str, deadline: float | None = None, step: StepConfig | None = None
+    ) -> VerifierOutcome:
+        """``tests/test.sh`` after the clean slate; of a multi-step task's ``step``, with the step's tests and
+        settings (:mod:`rl_assets.tasks.steps`)."""
+        bounds = reward_range(task.config.metadata)
+        timeout_sec, env, _ = verifier_settings(task, step)
+        timeout_s, why = verifier_time(timeout_sec, deadline)
+        archive = tests_archive(*tests_dirs(task, step))
         said = answer.encode("utf-8")
         code, output = self.trusted.argv(
             ["bash", "-c", clear_for_verifier(self.scratch), "clear", str(len(archive)), str(len(said))],
@@ -192,9 +200,7 @@ class ContainerVerifier:
         )
         if code != 0:
             raise self.failure(f"{self.where}: the verifier's files could not be set up: {output.text()[:500]}")
-        result = timed_command(
-            self.verifier, "bash /tests/test.sh", timeout_s, self.workdir, config.verifier.env, self.reply_grace_s
-        )
+        result = timed_command(self.verifier, "bash /tests/test.sh", timeout_s, self.workdir, env, self.reply_grace_s)
         if result.timed_out:
             raise VerifierTimeout(f"tests/test.sh ran past {why} and was killed", result.output)
         try:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rl_assets.tasks.locality import kubernetes_refusals, local_fit
+from rl_assets.tasks.locality import kubernetes_refusals, local_fit, offline_hint
 from rl_assets.tasks.snapshot import TaskCopyError, stage_task
 from rl_assets.tasks.task import InvalidTaskError, Task, load_task, task_dirs
 
@@ -170,11 +170,12 @@ def _check(dirs: list[Path], oracle: Oracle, private: Path, containers: bool) ->
             run = oracle(copy)
             reward = "error" if run.reward is None else str(run.reward)
             seconds = f"{run.seconds:.2f}"
+            hint = "".join(f"\n    {line}" for line in offline_hint(task))
             if run.error is not None:
-                failures.append(f"{task.name}: oracle: {run.error} (solve.sh: {run.solve}){_tail(run.output)}")
+                failures.append(f"{task.name}: oracle: {run.error} (solve.sh: {run.solve}){hint}{_tail(run.output)}")
             elif not run.passed:
                 failures.append(
-                    f"{task.name}: oracle reward {run.reward}, not 1 (solve.sh: {run.solve}){_tail(run.output)}"
+                    f"{task.name}: oracle reward {run.reward}, not 1 (solve.sh: {run.solve}){hint}{_tail(run.output)}"
                 )
         version = (task.config.task.version if task.config.task else None) or "-"
         rows.append(

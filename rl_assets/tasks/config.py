@@ -82,6 +82,9 @@ UserId = _bounded(int, "a user id from 0 to 4294967294", 0, 4_294_967_294)
 FiniteFloat = _bounded(float, "a finite number", -math.inf, math.inf)
 
 
+STEP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
 class Section(BaseModel):
     """A table of ``task.toml``: unknown keys are refused, values are checked against their types."""
 
@@ -324,7 +327,8 @@ class ArtifactConfig(Section):
 class StepConfig(Section):
     """``[[steps]]``: one step of a multi-step task, overriding the task's agent and verifier."""
 
-    name: str
+    name: str = Field(pattern=STEP_NAME_PATTERN, max_length=64)
+    """Its directory under ``steps/``: a portable name, never a path."""
     agent: AgentConfig = Field(default_factory=AgentConfig)
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     min_reward: FiniteFloat | dict[str, FiniteFloat] | None = None
@@ -344,8 +348,16 @@ class TaskConfig(Section):
     solution: SolutionConfig = Field(default_factory=SolutionConfig)
     source: str | None = None
     multi_step_reward_strategy: Literal["mean", "final"] | None = None
-    steps: list[StepConfig] | None = None
+    steps: list[StepConfig] | None = Field(None, min_length=1)
     artifacts: list[str | ArtifactConfig] = Field(default_factory=list)
+
+    @field_validator("steps")
+    @classmethod
+    def _unique_step_names(cls, steps: list[StepConfig] | None) -> list[StepConfig] | None:
+        names = [step.name.casefold() for step in steps or []]
+        if len(set(names)) != len(names):
+            raise ValueError("step names must be unique (ignoring case)")
+        return steps
 
     @model_validator(mode="before")
     @classmethod

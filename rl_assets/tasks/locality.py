@@ -88,12 +88,27 @@ def _container_fit(task: Task, containers: bool) -> LocalFit:
         ignored.append("[verifier.continuous] (the verifier runs once, after the agent)")
     if config.artifacts:
         ignored.append("artifacts (not collected locally)")
-    reasons = [r for r in _refusals(task) if not r.startswith(("environment/Dockerfile", "[environment] docker_image"))]
+    if any(step.artifacts or step.agent.user is not None for step in config.steps or []):
+        ignored.append("[[steps]] artifacts and agent user (the steps run as the task's agent user; none collected)")
+    not_for_containers = ("environment/Dockerfile", "[environment] docker_image", STEPS_NEED_A_CONTAINER)
+    reasons = [r for r in _refusals(task) if not r.startswith(not_for_containers)]
     if not containers:
         image = f"[environment] docker_image {env.docker_image!r}"
         what = "environment/Dockerfile" if task.environment_kind == "dockerfile" else image
         reasons.insert(0, f"{what}: runs in a container, and no container runtime is here: {INSTALL_HINT}")
     return LocalFit(tuple(ignored), tuple(reasons))
+
+
+def offline_hint(task: Task) -> list[str]:
+    """For a failed oracle: the line saying its verifier had no network, where the task did not ask for one."""
+    env = task.config.environment
+    if task.environment_kind not in ("dockerfile", "image") or env.network_mode is not None:
+        return []
+    return [
+        "its container had no network: the task sets no network_mode (Harbor's default is public, rl-assets' "
+        "none); a test.sh that installs its tools (apt-get, uv from astral.sh, pip) needs "
+        '[environment] network_mode = "public"'
+    ]
 
 
 INSTALL_HINT = "install Podman (Debian/Ubuntu: apt-get install podman runc)"
@@ -125,8 +140,13 @@ def _refusals(task: Task) -> list[str]:
     if config.verifier.collect:
         reasons.append("[[verifier.collect]]: compose services are not supported (locally or on Kubernetes)")
     if config.steps:
-        reasons.append("[[steps]]: multi-step tasks are not supported yet")
+        reasons.append(STEPS_NEED_A_CONTAINER)
     return reasons
+
+
+STEPS_NEED_A_CONTAINER = (
+    "[[steps]]: a multi-step task runs in a container; give it an environment/Dockerfile or a docker_image"
+)
 
 
 BUILD_AND_PUSH = (
@@ -157,5 +177,5 @@ def kubernetes_refusals(task: Task) -> tuple[str, ...]:
     if config.verifier.collect:
         reasons.append("[[verifier.collect]]: compose services are not run on Kubernetes yet")
     if config.steps:
-        reasons.append("[[steps]]: multi-step tasks are not supported yet")
+        reasons.append("[[steps]]: multi-step tasks run in a local container, not on Kubernetes yet")
     return tuple(reasons)

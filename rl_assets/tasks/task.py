@@ -55,10 +55,12 @@ class Task:
     path: Path
     config: TaskConfig
     instruction: str
-    """``instruction.md``, verbatim; empty for a multi-step task (each step has its own)."""
+    """``instruction.md``, verbatim; for a multi-step task every step's, each under a heading (the agent is given
+    them one at a time: :mod:`rl_assets.tasks.steps`)."""
     environment_files: tuple[str, ...]
     """Paths under ``environment/``, relative to it, sorted."""
     has_solution: bool
+    """``solution/solve.sh`` is there (a multi-step task: every step's ``steps/<name>/solution/solve.sh``)."""
 
     @property
     def name(self) -> str:
@@ -97,8 +99,9 @@ def load_task(path: Path) -> Task:
         instruction = _read_text(path / "instruction.md", problems) or ""
         if config is None or not config.verifier.separate:
             _require_test(path / "tests", config, problems)
+    step_texts: list[str] = []
     for step in steps or []:
-        _read_text(path / "steps" / step.name / "instruction.md", problems)
+        step_texts.append(_read_text(path / "steps" / step.name / "instruction.md", problems) or "")
         if not config.verifier.separate and not step.verifier.separate:
             if not _test_script(path / "steps" / step.name / "tests", config):
                 _require_test(path / "tests", config, problems, f" (nor in steps/{step.name}/tests/)")
@@ -108,7 +111,15 @@ def load_task(path: Path) -> Task:
     if problems or config is None:
         raise InvalidTaskError(path, list(dict.fromkeys(problems)))
     files = sorted(str(p.relative_to(environment)) for p in environment.rglob("*") if p.is_file())
-    return Task(path, config, instruction, tuple(files), (path / "solution" / "solve.sh").is_file())
+    if steps:  # what the judge is told the agent was asked: every step's instruction, in order
+        instruction = "\n\n".join(
+            f"Step {n} of {len(steps)} ({step.name}):\n{text}"
+            for n, (step, text) in enumerate(zip(steps, step_texts, strict=True), 1)
+        )
+        solved = all((path / "steps" / step.name / "solution" / "solve.sh").is_file() for step in steps)
+    else:
+        solved = (path / "solution" / "solve.sh").is_file()
+    return Task(path, config, instruction, tuple(files), solved)
 
 
 def _test_script(tests: Path, config: TaskConfig | None) -> Path | None:

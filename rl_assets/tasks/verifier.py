@@ -224,7 +224,11 @@ def _parse_json(text: str) -> dict[str, float]:
             raise RewardParseError(f"/logs/verifier/{REWARD_JSON}: {key[:100]!r} is not a number")
         rewards[key] = _finite(value, REWARD_JSON)
     if REWARD_KEY not in rewards:
-        raise RewardKeyMissing(f"/logs/verifier/{REWARD_JSON}: no {REWARD_KEY!r} key")
+        keys = ", ".join(repr(key[:40]) for key in sorted(rewards)[:5]) or "none"
+        raise RewardKeyMissing(
+            f"/logs/verifier/{REWARD_JSON}: no {REWARD_KEY!r} key (it has {keys}): "
+            f"training needs one number, so test.sh must write {REWARD_KEY!r} too (e.g. the mean of the others)"
+        )
     return rewards
 
 

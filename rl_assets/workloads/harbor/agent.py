@@ -55,21 +55,33 @@ class ChatAgent:
             {"system": SYSTEM_PROMPT, "tools": list(TOOLS), "limits": asdict(self.limits)}
         )
 
-    def run(self, instruction: str, client: ChatClient, shell: Shell, seed: int | None = None) -> Transcript:
+    def run(
+        self,
+        instruction: str,
+        client: ChatClient,
+        shell: Shell,
+        seed: int | None = None,
+        before: Transcript | None = None,
+    ) -> Transcript:
         """One trial: ``instruction`` (the task's ``instruction.md``, verbatim) worked on through ``shell``.
 
         ``seed``: ask the server for reproducible sampling, call *k* with ``seed + k`` (the trial's own
         seed, so each sample of a task explores differently and a retried attempt asks alike).
+
+        ``before``: the dialogue so far (a multi-step task's earlier steps): the instruction is its next user
+        message, and ``max_turns`` and the deadline count this instruction's turns alone.
 
         Raises :class:`~rl_assets.workloads.harbor.client.ModelCallError` when a model call fails for
         good (the trial is then a failed trial); a call cut short by the deadline ends the loop instead.
         """
         limits = self.limits
         deadline = self.clock() + limits.timeout_s
-        messages = [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=instruction)]
-        turns: list[ModelTurn] = []
+        opening = [Message(role="system", content=SYSTEM_PROMPT)] if before is None else list(before.messages)
+        messages = [*opening, Message(role="user", content=instruction)]
+        turns: list[ModelTurn] = [] if before is None else list(before.turns)
+        earlier = len(turns)
         ended: EndReason = "max_turns"
-        while len(turns) < limits.max_turns:
+        while len(turns) - earlier < limits.max_turns:
             left = deadline - self.clock()
             if left <= 0:
                 ended = "timeout"

@@ -10,6 +10,7 @@ cost-ledger hook as it arrives. The policy is whatever the server serves
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,15 +20,17 @@ from rl_assets.domain.agent import Rollout
 from rl_assets.domain.experiment import LOCAL_POLICY_MODEL, ExperimentConfig
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.judge_rubric import JudgeRubric
-from rl_assets.domain.models import Policy, Trajectory, TrialSpec, Verdict
+from rl_assets.domain.models import Policy, Trajectory, TrialSpec, Verdict, VerifierOutcome
 from rl_assets.domain.rubrics import AnyRubric, kind_problem
-from rl_assets.domain.transcripts import Usage
+from rl_assets.domain.transcripts import Transcript, Usage
+from rl_assets.tasks.config import StepConfig
 from rl_assets.tasks.snapshot import snapshot_task
+from rl_assets.tasks.steps import StepEnvironment, run_steps
 from rl_assets.tasks.task import Task
 from rl_assets.workloads.harbor.agent import AgentLimits, ChatAgent, final_answer
 from rl_assets.workloads.harbor.client import JUDGE_KEY_ENV, ChatClient, ChatEndpoint
 from rl_assets.workloads.harbor.judge import LLMJudge
-from rl_assets.workloads.seams import Attempt, Environment
+from rl_assets.workloads.seams import Attempt, Environment, TaskSession
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,31 @@ class TaskAgent:
             ) as client,
             environment.task_session(spec.world_id, config.name, spec.trial_id, attempt.attempt_id, task) as session,
         ):
-            transcript = ChatAgent(limits).run(task.instruction, client, session, seed=seed)
-            outcome = session.verify(final_answer(transcript), deadline)
+            if task.config.steps:
+                transcript, outcome = _run_steps(task, limits, client, session, seed, deadline)
+            else:
+                transcript = ChatAgent(limits).run(task.instruction, client, session, seed=seed)
+                outcome = session.verify(final_answer(transcript), deadline)
         return Rollout(turns=[], answer="", files_written=[], transcript=transcript, verifier=outcome)
+
+
+def _run_steps(
+    task: Task, limits: AgentLimits, client: ChatClient, session: TaskSession, seed: int | None, deadline: float
+) -> tuple[Transcript, VerifierOutcome]:
+    """A multi-step task: each step's instruction in turn, as the next message of one dialogue (its own turns
+    and time), each step verified (:func:`rl_assets.tasks.steps.run_steps`)."""
+    if not isinstance(session, StepEnvironment):
+        raise TypeError(f"{task.name} has [[steps]], and its sandbox cannot run steps (only a container can)")
+    dialogue: list[Transcript] = []
+
+    def act(step: StepConfig, instruction: str, seconds: float) -> str:
+        before = dialogue[-1] if dialogue else None
+        step_limits = dataclasses.replace(limits, timeout_s=seconds)
+        dialogue.append(ChatAgent(step_limits).run(instruction, client, session, seed=seed, before=before))
+        return final_answer(dialogue[-1])
+
+    outcome = run_steps(task, session, act, deadline, limits.timeout_s)
+    return dialogue[-1], outcome
 
 
 def _policy_endpoint(
