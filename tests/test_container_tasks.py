@@ -25,7 +25,7 @@ from container_kit import BASE, runtime_with_base, task_containers
 from rl_assets.containers.images import context_hash, ensure_image, image_tag
 from rl_assets.containers.sessions import container_session, reap
 from rl_assets.tasks.task import load_task
-from rl_assets.testing.example_solutions import POLICY_MODEL, call, script
+from rl_assets.testing.example_solutions import JUDGE_MODEL, POLICY_MODEL, call, script
 from rl_assets.testing.expectations import run_cli, train_json
 from rl_assets.testing.kills import Train, Watch, kill_train_tree, run_train, wait_for
 from rl_assets.testing.served_model import ServedModel
@@ -246,3 +246,43 @@ def test_a_sigkilled_container_run_leaves_containers_only_the_reaper_removes_and
         builds[task_name] = sum(bool(m["image_built_now"].value) for m in metadata)
     assert builds[fresh.path.name] == 1 and all(count <= 1 for count in builds.values()), builds
     runtime.run(["image", "rm", "-f", image_tag(fresh, context_hash(fresh.path / "environment"))], timeout_s=120)
+
+
+def test_flaky_and_hung_container_trials_and_judge_faults_change_nothing_but_the_retries(
+    runtime, home, stores, tmp_path
+):
+    def served(faults: dict | None = None) -> dict:
+        answers = script(faults, extra=CONTAINER_SOLUTIONS)
+        answers["judge"].append({"match": "", "answer": '{"score": 0.5, "reason": "scripted"}'})  # any container task
+        return answers
+
+    def train(name: str, server: ServedModel, *flags: str) -> dict:
+        return train_json(
+            home,
+            *("--experiment", name, "--tasks", str(EXAMPLES), "--policy-url", server.base_url),
+            *("--policy-model", POLICY_MODEL, "--judge-url", server.base_url, "--judge-model", JUDGE_MODEL),
+            *("--steps", "1", "--samples", "2", "--max-turns", "4", "--trial-timeout", "30", *flags),
+        )
+
+    (tmp_path / "clean").mkdir()
+    with ServedModel(served(), tmp_path / "clean") as server:
+        clean = train("containers-calm", server)
+    (tmp_path / "chaos").mkdir()
+    flaky_server = {"server_errors": 1, "rate_limited": 1, "retry_after_s": 0.05}
+    with ServedModel(served(flaky_server), tmp_path / "chaos") as server:
+        flags = ("--flaky-trial-rate", "0.4", "--hang-trial-rate", "0.4", "--judge-flake-rate", "0.4")  # 3, 3, 1 hit
+        chaos = train("containers-chaos", server, *flags)
+        stats = server.stats()
+    assert chaos["counts"]["generate_failures"] > 0, "the sandbox faults hit some first attempts"
+    assert chaos["counts"]["judge_attempts"] > len(chaos["trials"]), "the judge faults hit some first attempts"
+    rewards = lambda result: {t["trial_id"]: (t["reward"], t["turns"]) for t in result["trials"]}  # noqa: E731
+    assert rewards(chaos) == rewards(clean) and len(clean["trials"]) == 6
+    assert all(t["verifier_reward"] == 1.0 for t in chaos["trials"])
+    for t in clean["trials"]:  # byte for byte the same dialogues and rewards: retries leave no trace in them
+        slot = t["trial_id"].split("-", 1)[1]
+        calm = stores.trials.trajectory("containers-calm", 0, slot)
+        stormy = stores.trials.trajectory("containers-chaos", 0, slot)
+        assert calm.transcript.content_hash == stormy.transcript.content_hash, slot
+        assert calm.verifier.rewards == stormy.verifier.rewards, slot  # (pytest's output carries its timings)
+    assert stats["answered"][JUDGE_MODEL] == chaos["counts"]["judge_calls"] == 6, "each verdict paid once"
+    assert task_containers(runtime) == [], "the hung and the failed attempts' containers are gone too"
