@@ -286,3 +286,33 @@ def test_flaky_and_hung_container_trials_and_judge_faults_change_nothing_but_the
         assert calm.verifier.rewards == stormy.verifier.rewards, slot  # (pytest's output carries its timings)
     assert stats["answered"][JUDGE_MODEL] == chaos["counts"]["judge_calls"] == 6, "each verdict paid once"
     assert task_containers(runtime) == [], "the hung and the failed attempts' containers are gone too"
+
+
+def test_a_removed_image_is_rebuilt_by_task_images_and_its_trials_rolled_out_again(
+    runtime, home, stores, instance, tmp_path
+):
+    tasks = Path(tempfile.mkdtemp(dir=tmp_path)) / "tasks"
+    shutil.copytree(EXAMPLES / "summarize-json", tasks / "summarize-json")
+    (tasks / "summarize-json" / "environment" / "nonce").write_text(uuid.uuid4().hex)  # a context nobody built
+    task = load_task(tasks / "summarize-json")
+    tag = image_tag(task, context_hash(task.path / "environment"))
+    args = ("--tasks", str(tasks), "--steps", "1", "--samples", "1", "--max-turns", "4")
+    with ServedModel(script(extra=CONTAINER_SOLUTIONS), tmp_path) as server:
+        model = ("--policy-url", server.base_url, "--policy-model", POLICY_MODEL)
+        first = train_json(home, "--experiment", "image-seal", *model, *args)
+        called = server.stats()["answered"][POLICY_MODEL]
+        runtime.run(["image", "rm", "-f", tag], timeout_s=120)  # as an image prune would
+        run_cli(home, "fork", "--from", "image-seal", "--experiment", "image-seal-fork", "--rubric", "task-done")
+        recalled = server.stats()["answered"][POLICY_MODEL] - called
+    world = stores.experiments.get("image-seal").task_worlds["summarize-json"]
+    builds = [
+        r.asset_materialization.metadata["image_built_now"].value
+        for r in instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("task_images"), asset_partitions=[world]), limit=100
+        ).records
+    ]
+    assert builds.count(True) == 2, "built for the experiment, built again once it was removed: never by a trial"
+    assert first["trials"][0]["reward"] == 1.0
+    assert recalled == called, "another image is another environment: the fork's trial was rolled out again"
+    runtime.run(["image", "rm", "-f", tag], timeout_s=120)
+    assert task_containers(runtime) == []

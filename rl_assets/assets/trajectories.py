@@ -12,6 +12,7 @@ import dagster as dg
 from rl_assets.assets import pools
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.policy import parent_policy
+from rl_assets.containers.images import ImageMissingError
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import Policy, Trajectory, TrialSpec
@@ -52,13 +53,17 @@ def trajectories(
     policy = parent_policy(state, config, step)
     try:
         world_hash = world_store.verified_hash(spec.world_id)
-    except WorldTamperedError as err:
+        image = world_store.built_image(spec.world_id)
+    except (WorldTamperedError, ImageMissingError) as err:
         state.damage.report("world", spec.world_id, str(err))
         raise dg.Failure(f"{err}; the driver rebuilds it, then reruns {spec.trial_id}", allow_retries=False) from err
+    # A container task's world is its files and its image: a rebuilt image (builds are not reproducible) is
+    # another environment, so its trials are rolled out again.
     identity = content_hash(
         {
             "spec": spec.model_dump(mode="json"),
             "world": world_hash,
+            **({} if image is None else {"image": image.image_id}),
             "policy": policy.content_hash,
             "agent": workload_of(config).agent.version,
         }
@@ -83,6 +88,7 @@ def trajectories(
             "policy_version": trajectory.policy_version,
             "policy_hash": trajectory.policy_hash,
             "world_hash": world_hash,
+            **({} if image is None else {"image_id": image.image_id}),
             "identity": identity,
             "source": source,
             "fork": fork_kind,

@@ -33,6 +33,10 @@ CONTEXT_LABEL = "rl-assets.context"
 LOG_TAIL_CHARS = 2000
 
 
+class ImageMissingError(RuntimeError):
+    """A container task's image is not in the runtime: ``task_images`` builds it (a trial never does)."""
+
+
 class ImageBuildError(RuntimeError):
     """A task's image could not be built or pulled; ``log_tail`` is what the build printed last."""
 
@@ -78,6 +82,19 @@ def context_hash(environment: Path) -> str:
 def image_tag(task: Task, context: str) -> str:
     """``localhost/rl-assets-task/<task>:<context hash>``: the name says which task, the tag which bytes."""
     return f"{IMAGE_REPOSITORY}/{task.name}:{context[:40]}"
+
+
+def built_image(runtime: ContainerRuntime, task: Task) -> TaskImage:
+    """The task's image as the runtime has it, never built nor pulled here: :class:`ImageMissingError` if absent."""
+    if task.environment_kind == "image":
+        name, context = task.config.environment.docker_image or "", ""
+    else:
+        context = context_hash(task.path / "environment")
+        name = image_tag(task, context)
+    found = inspect(runtime, name, context)
+    if found is None:
+        raise ImageMissingError(f"{task.name}'s image {name} is not in {runtime.kind}: the task_images asset builds it")
+    return found
 
 
 def ensure_image(runtime: ContainerRuntime, task: Task, locks: Path | None = None) -> TaskImage:

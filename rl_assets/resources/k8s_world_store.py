@@ -177,6 +177,10 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         (a Dockerfile-only task is refused when the experiment is recorded: :mod:`rl_assets.tasks.locality`)."""
         return None
 
+    def built_image(self, world_id: str) -> None:
+        """No image is known here: the kubelet pulls a task pod's ``docker_image`` (its name is in the world)."""
+        return None
+
     def task(self, world_id: str) -> Task:
         """The recorded task of a task world (its snapshot in the home volume)."""
         return snapshot_task(Home.resolve(self.home).tasks, world_id)

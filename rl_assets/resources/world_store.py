@@ -21,7 +21,7 @@ from typing import Literal
 
 import dagster as dg
 
-from rl_assets.containers.images import TaskImage, ensure_image
+from rl_assets.containers.images import TaskImage, built_image, ensure_image
 from rl_assets.containers.runtime import container_runtime
 from rl_assets.containers.sessions import container_session
 from rl_assets.domain.agent import Rollout
@@ -56,13 +56,24 @@ class WorldStoreResource(dg.ConfigurableResource):
         return self._worlds.ensure_built(world_id)
 
     def ensure_image(self, world_id: str) -> TaskImage | None:
-        """A task world's image, built once by the hash of its build context (None: a world of plain files)."""
+        """A task world's image, built once by the hash of its build context (None: a world of plain files).
+        The ``task_images`` asset's work: a trial only finds it (:meth:`built_image`)."""
+        task = self._container_task(world_id)
+        if task is None:
+            return None
+        return ensure_image(container_runtime(), task, locks=Home(Path(self.home)).runtime / "image-locks")
+
+    def built_image(self, world_id: str) -> TaskImage | None:
+        """A task world's image as ``task_images`` built it (None: a world of plain files);
+        :class:`~rl_assets.containers.images.ImageMissingError` if it is gone."""
+        task = self._container_task(world_id)
+        return None if task is None else built_image(container_runtime(), task)
+
+    def _container_task(self, world_id: str) -> Task | None:
         if not is_task_world(world_id):
             return None
         task = self.task(world_id)
-        if task.environment_kind not in ("dockerfile", "image"):
-            return None
-        return ensure_image(container_runtime(), task, locks=Home(Path(self.home)).runtime / "image-locks")
+        return task if task.environment_kind in ("dockerfile", "image") else None
 
     def verified_hash(self, world_id: str) -> str:
         """The per-attempt check: the seal, O(entries), no contents read (:func:`rl_assets.worlds.tree_manifest`)."""
@@ -117,9 +128,9 @@ class WorldStoreResource(dg.ConfigurableResource):
         self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
     ) -> Iterator[TaskSession]:
         """A task trial's sandbox (:class:`~rl_assets.sandbox.task_shell.TaskShell`) on a private fork of the world;
-        a task with an image: a container of it (:mod:`rl_assets.containers`), its image built once."""
+        a task with an image: a container of it (:mod:`rl_assets.containers`), the image ``task_images`` built."""
         owner = f"{experiment}/{trial_id}"
-        image = self.ensure_image(world_id)
+        image = self.built_image(world_id)
         if image is not None:
             with container_session(container_runtime(), task, image, f"{owner}/a{attempt_id}") as session:
                 yield session

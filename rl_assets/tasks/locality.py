@@ -120,7 +120,10 @@ def _refusals(task: Task) -> list[str]:
     image = config.environment.docker_image
     if kind == "compose":
         name = next(f for f in COMPOSE_FILES if f in task.environment_files)
-        reasons.append(f"environment/{name}: a multi-container environment is not supported (locally or on Kubernetes)")
+        reasons.append(
+            f"environment/{name}: a multi-container environment (sidecar services) is not run yet: an attempt is one "
+            "container (or pod) of one image; give the task a single environment/Dockerfile"
+        )
     elif kind == "dockerfile" and not image:
         reasons.append(
             "environment/Dockerfile: the local sandbox builds no image; build and push the image, then set "
