@@ -67,7 +67,7 @@ WINDOW = (1600, 1000)
 EXPERIMENT = "ref"
 STEPS = [f"{EXPERIMENT}/s{s}" for s in range(3)]
 TRIALS = [f"p{p}-n{n}" for p in range(3) for n in range(2)]
-ASSETS = {"rubrics", "worlds", "trajectories", "rewards", "weights"}
+ASSETS = {"rubrics", "worlds", "task_images", "trajectories", "rewards", "weights"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -261,7 +261,7 @@ def check_names_shown(driver: WebDriver, ui: UI, asset: str) -> set[str]:
 # --- what a person sees ----------------------------------------------------------------------------------------
 
 
-def test_the_asset_graph_shows_the_five_assets(browser: WebDriver, ui: UI) -> None:
+def test_the_asset_graph_shows_the_six_assets(browser: WebDriver, ui: UI) -> None:
     browser.get(ui.url("/asset-groups"))
     # A node's name, whether the graph draws it in full or (zoomed out) as a name alone.
     names = "//*[local-name()='foreignObject']//div[contains(@class, 'AssetNode_assetName')]"
