@@ -619,7 +619,7 @@ def cmd_tasks_check(args: argparse.Namespace) -> int:
     containers = containers_available()
 
     def oracle(task):
-        return run_container_oracle(task) if task.environment_kind in ("dockerfile", "image") else run_oracle(task)
+        return run_container_oracle(task) if task.in_container else run_oracle(task)
 
     result = check_tasks(root, oracle=oracle, containers=containers)
     if not result.checked:

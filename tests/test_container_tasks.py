@@ -23,7 +23,8 @@ import pytest
 from container_kit import BASE, runtime_with_base, task_containers
 
 from rl_assets.containers.images import context_hash, ensure_image, image_tag
-from rl_assets.containers.sessions import container_session, reap
+from rl_assets.containers.sessions import WORKER_LABEL, container_session, reap
+from rl_assets.containers.sidecars import labelled_networks
 from rl_assets.tasks.task import load_task
 from rl_assets.testing.example_solutions import JUDGE_MODEL, POLICY_MODEL, call, script
 from rl_assets.testing.expectations import run_cli, train_json
@@ -59,11 +60,17 @@ def test_the_example_container_tasks_pass_tasks_check_and_leave_no_container(run
         timeout=1800,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()[1:4]]
+    rows = [line.split() for line in proc.stdout.splitlines()[1:5]]
     assert [(r[0], r[2], r[5]) for r in rows] == [
-        (f"rl-assets/{name}", "dockerfile", "1.0") for name in ("configure-service", "fix-package", "summarize-json")
+        (f"rl-assets/{name}", kind, "1.0")
+        for name, kind in [
+            ("configure-service", "dockerfile"),
+            ("fix-package", "dockerfile"),
+            ("query-service", "compose"),
+            ("summarize-json", "dockerfile"),
+        ]
     ]
-    assert proc.stdout.splitlines()[-1] == "3 valid, 0 invalid task(s); oracle: 3 of 3 solution(s) reach reward 1"
+    assert proc.stdout.splitlines()[-1] == "4 valid, 0 invalid task(s); oracle: 4 of 4 solution(s) reach reward 1"
     assert task_containers(runtime) == []
 
 
@@ -167,6 +174,10 @@ JQ_TOTALS = (
     "jq -r 'group_by(.customer) | map([.[0].customer, (map(.amount) | add)]) | sort_by(.[0]) | .[] | @tsv' "
     "/data/orders.json > /app/totals.tsv"
 )
+STOCK_TOTAL = (
+    "curl -fsS http://inventory:8000/stock.json | grep -o '\"count\": *[0-9]*' | grep -o '[0-9]*$' "
+    "| awk '{ total += $1 } END { print total }' > /app/total.txt"
+)
 CONTAINER_SOLUTIONS = [
     {
         "match": "computes summary statistics",
@@ -187,6 +198,7 @@ CONTAINER_SOLUTIONS = [
         ],
     },
     {"match": "lists orders", "turns": [call("bash", command=JQ_TOTALS), {"content": "totals written."}]},
+    {"match": "named `inventory`", "turns": [call("bash", command=STOCK_TOTAL), {"content": "total written."}]},
 ]
 
 
@@ -198,7 +210,8 @@ def test_a_container_task_experiment_trains_and_leaves_no_container(runtime, hom
             *("--policy-model", POLICY_MODEL, "--steps", "2", "--samples", "1", "--max-turns", "4"),
         )
     trials = result["trials"]
-    assert sorted(t["task"] for t in trials) == sorted(["configure-service", "fix-package", "summarize-json"] * 2)
+    tasks = ["configure-service", "fix-package", "query-service", "summarize-json"]
+    assert sorted(t["task"] for t in trials) == sorted(tasks * 2)
     assert all(t["verifier_reward"] == 1.0 and t["reward"] == 1.0 for t in trials), trials
     assert task_containers(runtime) == []
 
@@ -270,13 +283,13 @@ def test_flaky_and_hung_container_trials_and_judge_faults_change_nothing_but_the
     (tmp_path / "chaos").mkdir()
     flaky_server = {"server_errors": 1, "rate_limited": 1, "retry_after_s": 0.05}
     with ServedModel(served(flaky_server), tmp_path / "chaos") as server:
-        flags = ("--flaky-trial-rate", "0.4", "--hang-trial-rate", "0.4", "--judge-flake-rate", "0.4")  # 3, 3, 1 hit
+        flags = ("--flaky-trial-rate", "0.4", "--hang-trial-rate", "0.4", "--judge-flake-rate", "0.4")  # 4, 3, 3 hit
         chaos = train("containers-chaos", server, *flags)
         stats = server.stats()
     assert chaos["counts"]["generate_failures"] > 0, "the sandbox faults hit some first attempts"
     assert chaos["counts"]["judge_attempts"] > len(chaos["trials"]), "the judge faults hit some first attempts"
     rewards = lambda result: {t["trial_id"]: (t["reward"], t["turns"]) for t in result["trials"]}  # noqa: E731
-    assert rewards(chaos) == rewards(clean) and len(clean["trials"]) == 6
+    assert rewards(chaos) == rewards(clean) and len(clean["trials"]) == 8
     assert all(t["verifier_reward"] == 1.0 for t in chaos["trials"])
     for t in clean["trials"]:  # byte for byte the same dialogues and rewards: retries leave no trace in them
         slot = t["trial_id"].split("-", 1)[1]
@@ -284,7 +297,7 @@ def test_flaky_and_hung_container_trials_and_judge_faults_change_nothing_but_the
         stormy = stores.trials.trajectory("containers-chaos", 0, slot)
         assert calm.transcript.content_hash == stormy.transcript.content_hash, slot
         assert calm.verifier.rewards == stormy.verifier.rewards, slot  # (pytest's output carries its timings)
-    assert stats["answered"][JUDGE_MODEL] == chaos["counts"]["judge_calls"] == 6, "each verdict paid once"
+    assert stats["answered"][JUDGE_MODEL] == chaos["counts"]["judge_calls"] == 8, "each verdict paid once"
     assert task_containers(runtime) == [], "the hung and the failed attempts' containers are gone too"
 
 
@@ -316,3 +329,52 @@ def test_a_removed_image_is_rebuilt_by_task_images_and_its_trials_rolled_out_aga
     assert recalled == called, "another image is another environment: the fork's trial was rolled out again"
     runtime.run(["image", "rm", "-f", tag], timeout_s=120)
     assert task_containers(runtime) == []
+
+
+def _networks(runtime) -> list[str]:
+    return list(labelled_networks(runtime, WORKER_LABEL))
+
+
+def test_a_compose_tasks_sidecar_answers_on_the_attempts_own_network_and_nothing_else_does(runtime):
+    task = load_task(EXAMPLES / "query-service")
+    with container_session(runtime, task, ensure_image(runtime, task), "test/compose") as session:
+        served = session.run("curl -fsS http://inventory:8000/stock.json", timeout_s=30)
+        routes = session.run("cat /proc/net/route", timeout_s=10)
+        assert len(task_containers(runtime)) == 2 and len(_networks(runtime)) == 1
+    assert served.exit_code == 0 and '"sku": "bolt-m6"' in served.output
+    destinations = [line.split()[1] for line in routes.output.splitlines()[1:]]
+    assert destinations and "00000000" not in destinations, "an internal network: no default route out"
+    assert task_containers(runtime) == [] and _networks(runtime) == []
+
+
+def test_a_sigkilled_compose_workers_sidecars_and_network_are_reaped(runtime):
+    task = load_task(EXAMPLES / "query-service")
+    ensure_image(runtime, task)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+                import time
+                from pathlib import Path
+                from rl_assets.containers.images import built_image
+                from rl_assets.containers.runtime import container_runtime
+                from rl_assets.containers.sessions import container_session
+                from rl_assets.tasks.task import load_task
+                runtime = container_runtime()
+                task = load_task(Path({str(task.path)!r}))
+                with container_session(runtime, task, built_image(runtime, task), "test/compose-killed"):
+                    print("started", flush=True)
+                    time.sleep(600)
+            """),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout.readline().strip() == "started", worker.communicate()[1]
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+    assert len(task_containers(runtime)) == 2 and len(_networks(runtime)) == 1, "a SIGKILLed worker removes nothing"
+    assert len(reap(runtime)) == 2
+    assert task_containers(runtime) == [] and _networks(runtime) == []

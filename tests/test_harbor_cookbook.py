@@ -37,10 +37,12 @@ def test_tasks_check_runs_every_single_container_cookbook_task_and_says_why_each
     lines = proc.stdout.splitlines()
     rewards = {line.split()[0]: line.split()[5] for line in lines[1:8]}
     assert proc.returncode == 1, "a solution short of reward 1 is a failed check"
+    # The compose tasks' sidecars start from images no registry here serves (python:3.12-slim, where the machine
+    # has no stand-in of that name, and ghcr.io's uv): their builds fail, or the verifier lacks astral.sh.
+    assert rewards.pop("multi-container") in ("error", "0.0"), proc.stdout
     assert rewards == {
         "dns-blacklisting": "0.0",
-        "mcp-tools": "-",
-        "multi-container": "-",
+        "mcp-tools": "error",
         "multi-reward": "error",
         MULTI_STEP: "1.0",  # three steps, each verified by its own test.sh, needing no network
         "simple-task": "0.0",
@@ -51,10 +53,9 @@ def test_tasks_check_runs_every_single_container_cookbook_task_and_says_why_each
         assert f"{offline}: oracle reward 0.0, not 1 (solve.sh: exit 0)\n    its container had no network" in out
     assert "multi-reward: oracle: RewardKeyMissing: /logs/verifier/reward.json: no 'reward' key (it has " in out
     assert "'correctness', 'performance'): training needs one number" in out
-    for compose in ("mcp-tools", "multi-container"):
-        refused = f"refused locally: {compose}: environment/docker-compose.yaml: a multi-container environment (sidecar"
-        assert refused in out
-    assert lines[-1] == "7 valid, 0 invalid task(s); oracle: 1 of 5 solution(s) reach reward 1, 2 refused locally"
+    assert "mcp-tools: oracle: ImageBuildError: building mcp-tools's mcp-server's image failed" in out
+    assert "refused" not in proc.stdout, "every task runs here, compose ones with their sidecars"
+    assert lines[-1] == "7 valid, 0 invalid task(s); oracle: 1 of 7 solution(s) reach reward 1"
     assert task_containers(runtime) == []
 
 

@@ -47,6 +47,8 @@ def image_metadata(image: TaskImage) -> dict[str, object]:
         "image_size_mb": round(image.size_bytes / 2**20, 1),
         "image_built_now": image.built,
     }
+    if image.sidecars:
+        metadata["sidecar_images"] = ", ".join(f"{name}: {sidecar.tag}" for name, sidecar in image.sidecars)
     if image.built:
         metadata["image_build_seconds"] = round(image.seconds, 2)
         metadata["image_build_log_tail"] = dg.MetadataValue.md(f"```\n{image.log_tail}\n```")

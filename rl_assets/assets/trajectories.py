@@ -63,7 +63,7 @@ def trajectories(
         {
             "spec": spec.model_dump(mode="json"),
             "world": world_hash,
-            **({} if image is None else {"image": image.image_id}),
+            **({} if image is None else {"image": image.identity}),
             "policy": policy.content_hash,
             "agent": workload_of(config).agent.version,
         }
@@ -88,7 +88,7 @@ def trajectories(
             "policy_version": trajectory.policy_version,
             "policy_hash": trajectory.policy_hash,
             "world_hash": world_hash,
-            **({} if image is None else {"image_id": image.image_id}),
+            **({} if image is None else {"image_id": image.identity}),
             "identity": identity,
             "source": source,
             "fork": fork_kind,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from rl_assets.containers.runtime import PROCESS_LIMITS, ContainerCommandError, ContainerRuntime, tail
 from rl_assets.home import ensure_private_dir
+from rl_assets.tasks.compose import Sidecar, load_compose
 from rl_assets.tasks.task import Task
 
 IMAGE_REPOSITORY = "localhost/rl-assets-task"
@@ -61,6 +62,13 @@ class TaskImage:
     """Built by this call (False: it was there already)."""
     seconds: float = 0.0
     log_tail: str = ""
+    sidecars: tuple[tuple[str, TaskImage], ...] = ()
+    """A compose task's sidecar services' images, by service name (:mod:`rl_assets.tasks.compose`)."""
+
+    @property
+    def identity(self) -> str:
+        """What the environment is, for a trajectory's identity: the image id, and each sidecar's."""
+        return ",".join([self.image_id, *(f"{name}={image.image_id}" for name, image in self.sidecars)])
 
 
 def context_hash(environment: Path) -> str:
@@ -85,41 +93,95 @@ def image_tag(task: Task, context: str) -> str:
 
 
 def built_image(runtime: ContainerRuntime, task: Task) -> TaskImage:
-    """The task's image as the runtime has it, never built nor pulled here: :class:`ImageMissingError` if absent."""
-    if task.environment_kind == "image":
-        name, context = task.config.environment.docker_image or "", ""
-    else:
-        context = context_hash(task.path / "environment")
-        name = image_tag(task, context)
-    found = inspect(runtime, name, context)
-    if found is None:
-        raise ImageMissingError(f"{task.name}'s image {name} is not in {runtime.kind}: the task_images asset builds it")
-    return found
+    """The task's image (and a compose task's sidecars') as the runtime has it, never built nor pulled here:
+    :class:`ImageMissingError` if one is absent."""
+    main = _found(runtime, task.name, *_main_source(task))
+    return dataclasses.replace(
+        main,
+        sidecars=tuple(
+            (s.name, _found(runtime, f"{task.name}'s {s.name}", *_source(task, s))) for s in _sidecars(task)
+        ),
+    )
 
 
 def ensure_image(runtime: ContainerRuntime, task: Task, locks: Path | None = None) -> TaskImage:
-    """The task's image, built (or pulled) if the runtime does not have it; built once across callers."""
+    """The task's image (and a compose task's sidecars'), built (or pulled) if the runtime does not have it;
+    built once across callers."""
+    lock_dir = ensure_private_dir(locks or Path(tempfile.gettempdir()) / f"rl-assets-{os.geteuid()}-image-locks")
+    timeout_s = task.config.environment.build_timeout_sec
+    main = _ensured(runtime, task.name, *_main_source(task), lock_dir, timeout_s)
+    sidecars = tuple(
+        (s.name, _ensured(runtime, f"{task.name}'s {s.name}", *_source(task, s), lock_dir, timeout_s))
+        for s in _sidecars(task)
+    )
+    built = [image for image in (main, *(i for _, i in sidecars)) if image.built]
+    return dataclasses.replace(
+        main,
+        sidecars=sidecars,
+        built=bool(built),
+        seconds=sum(image.seconds for image in built),
+        log_tail="\n".join(image.log_tail for image in built)[-LOG_TAIL_CHARS:],
+    )
+
+
+Source = tuple[str, str, Path | None, str]
+"""(the image's name, its context hash ('' for a pulled image), its build context or None, the Dockerfile's name)."""
+
+
+def _main_source(task: Task) -> Source:
     if task.environment_kind == "image":
-        return _pulled(runtime, task.config.environment.docker_image or "")
+        return task.config.environment.docker_image or "", "", None, ""
     environment = task.path / "environment"
     context = context_hash(environment)
-    tag = image_tag(task, context)
-    found = inspect(runtime, tag, context)
+    return image_tag(task, context), context, environment, "Dockerfile"
+
+
+def _sidecars(task: Task) -> tuple[Sidecar, ...]:
+    return load_compose(task).sidecars if task.environment_kind == "compose" else ()
+
+
+def _source(task: Task, sidecar: Sidecar) -> Source:
+    if sidecar.context is None:
+        return sidecar.image or "", "", None, ""
+    context = context_hash(sidecar.context)
+    return f"{IMAGE_REPOSITORY}/{task.name}/{sidecar.name}:{context[:40]}", context, sidecar.context, sidecar.dockerfile
+
+
+def _found(runtime: ContainerRuntime, what: str, name: str, context: str, _dir: Path | None, _file: str) -> TaskImage:
+    found = inspect(runtime, name, context)
+    if found is None:
+        raise ImageMissingError(f"{what}'s image {name} is not in {runtime.kind}: the task_images asset builds it")
+    return found
+
+
+def _ensured(
+    runtime: ContainerRuntime,
+    what: str,
+    name: str,
+    context: str,
+    directory: Path | None,
+    dockerfile: str,
+    lock_dir: Path,
+    timeout_s: float,
+) -> TaskImage:
+    if directory is None:
+        return _pulled(runtime, name)
+    found = inspect(runtime, name, context)
     if found is not None:
         return found
-    lock_dir = ensure_private_dir(locks or Path(tempfile.gettempdir()) / f"rl-assets-{os.geteuid()}-image-locks")
     with open(lock_dir / f"{context}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        found = inspect(runtime, tag, context)  # built by whoever held the lock before us
+        found = inspect(runtime, name, context)  # built by whoever held the lock before us
         if found is not None:
             return found
-        return _build(runtime, task, environment, tag, context)
+        return _build(runtime, what, directory, dockerfile, name, context, timeout_s)
 
 
-def _build(runtime: ContainerRuntime, task: Task, environment: Path, tag: str, context: str) -> TaskImage:
-    timeout_s = task.config.environment.build_timeout_sec
+def _build(
+    runtime: ContainerRuntime, what: str, directory: Path, dockerfile: str, tag: str, context: str, timeout_s: float
+) -> TaskImage:
     args = ["build", *PROCESS_LIMITS, "--label", f"{CONTEXT_LABEL}={context}", "-t", tag]
-    args += ["-f", str(environment / "Dockerfile"), str(environment)]
+    args += ["-f", str(directory / dockerfile), str(directory)]
     start = time.monotonic()
     proc = subprocess.Popen(runtime.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -128,12 +190,12 @@ def _build(runtime: ContainerRuntime, task: Task, environment: Path, tag: str, c
         proc.kill()
         output, _ = proc.communicate()
         raise ImageBuildError(
-            f"building {task.name}'s image ran past [environment] build_timeout_sec ({timeout_s:g}s)",
+            f"building {what}'s image ran past [environment] build_timeout_sec ({timeout_s:g}s)",
             tail(output, LOG_TAIL_CHARS),
         ) from None
     log = tail(output, LOG_TAIL_CHARS)
     if proc.returncode != 0:
-        raise ImageBuildError(f"building {task.name}'s image failed (exit {proc.returncode}): {tail(output, 300)}", log)
+        raise ImageBuildError(f"building {what}'s image failed (exit {proc.returncode}): {tail(output, 300)}", log)
     image = inspect(runtime, tag, context)
     if image is None:
         raise ImageBuildError(f"{runtime.kind} built {tag} but does not list it", log)

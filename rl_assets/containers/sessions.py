@@ -15,7 +15,9 @@ Kubernetes task pods do. What the container is, by construction:
   (apt changes user and owner), and ``no-new-privileges``;
 - labelled with the attempt that owns it and the worker process driving it, and removed when the
   attempt ends; :func:`reap` removes those whose worker is gone (a SIGKILLed worker cannot), and runs
-  before every new container, so a crash leaves nothing behind for longer than the next attempt.
+  before every new container, so a crash leaves nothing behind for longer than the next attempt;
+- for a compose task, beside its sidecars on a network of the attempt's own (:mod:`rl_assets.containers.sidecars`),
+  all labelled and removed alike.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_assets.containers import sidecars
 from rl_assets.containers.images import TaskImage
 from rl_assets.containers.runtime import PROCESS_LIMITS, ContainerCommandError, ContainerRuntime
 from rl_assets.domain.models import VerifierOutcome
@@ -81,7 +84,7 @@ def _alive(identity: str) -> bool:
 
 
 def reap(runtime: ContainerRuntime) -> list[str]:
-    """Remove every task container whose worker is gone; the names removed."""
+    """Remove every task container (and compose network) whose worker is gone; the containers' names."""
     label = f'index .Labels "{WORKER_LABEL}"' if runtime.kind == "podman" else f'.Label "{WORKER_LABEL}"'
     listing = ["ps", "-a", "--filter", f"label={WORKER_LABEL}", "--format", "{{.Names}} {{" + label + "}}"]
     proc = runtime.run(listing, timeout_s=60)
@@ -92,6 +95,13 @@ def reap(runtime: ContainerRuntime) -> list[str]:
             over.append(name)
     if over:
         runtime.run(["rm", "-f", "-t", "0", *over], timeout_s=120, check=False)
+    dead = [
+        network
+        for network, identity in sidecars.labelled_networks(runtime, WORKER_LABEL).items()
+        if not _alive(identity)
+    ]
+    if dead:  # a compose attempt's network, its containers removed just above
+        runtime.run(["network", "rm", *dead], timeout_s=120, check=False)
     return over
 
 
@@ -255,15 +265,27 @@ class ContainerTaskSession:
         )
 
 
-def run_args(task: Task, image: TaskImage, name: str, owner: str) -> list[str]:
-    """``run`` arguments of an attempt's container (see the module's docstring for each)."""
+def labels(owner: str) -> list[str]:
+    """The ``run`` (and ``network create``) labels that say whose a container is: what :func:`reap` reads."""
+    return ["--label", f"{OWNER_LABEL}={owner}", "--label", f"{WORKER_LABEL}={worker_identity()}"]
+
+
+def hardening(cpus: float, memory_mb: int) -> list[str]:
+    """The ``run`` arguments every container of an attempt gets (see the module's docstring)."""
+    args = [*PROCESS_LIMITS, "--pids-limit", str(PIDS_LIMIT), "--cap-drop", "ALL", "--cap-add", ",".join(CAPABILITIES)]
+    return [*args, "--security-opt", "no-new-privileges", "--cpus", f"{cpus:g}", "--memory", f"{memory_mb}m"]
+
+
+def run_args(
+    task: Task, image: TaskImage, name: str, owner: str, network: str | None = None, hosts: Sequence[str] = ()
+) -> list[str]:
+    """``run`` arguments of an attempt's container; ``network``: a compose task's, with its sidecars' ``hosts``."""
     env = task.config.environment
-    network = env.network_mode == "public"  # said explicitly (allow_internet = true says it too)
-    args = ["run", "-d", "--name", name, "--hostname", "task", *PROCESS_LIMITS, "--pids-limit", str(PIDS_LIMIT)]
-    args += ["--label", f"{OWNER_LABEL}={owner}", "--label", f"{WORKER_LABEL}={worker_identity()}"]
-    args += ["--network", "bridge" if network else "none", "--cap-drop", "ALL", "--cap-add", ",".join(CAPABILITIES)]
-    args += ["--security-opt", "no-new-privileges"]
-    args += ["--cpus", f"{env.cpus or DEFAULT_CPUS:g}", "--memory", f"{env.memory_mb or DEFAULT_MEMORY_MB}m"]
+    public = env.network_mode == "public"  # said explicitly (allow_internet = true says it too)
+    args = ["run", "-d", "--name", name, "--hostname", "task", *labels(owner)]
+    args += ["--network", network or ("bridge" if public else "none")]
+    args += [arg for host in hosts for arg in ("--add-host", host)]
+    args += hardening(env.cpus or DEFAULT_CPUS, env.memory_mb or DEFAULT_MEMORY_MB)
     for key, value in env.env.items():
         args += ["--env", f"{key}={value}"]
     return [*args, image.tag, "sleep", "infinity"]
@@ -273,17 +295,29 @@ def run_args(task: Task, image: TaskImage, name: str, owner: str) -> list[str]:
 def container_session(
     runtime: ContainerRuntime, task: Task, image: TaskImage, owner: str
 ) -> Iterator[ContainerTaskSession]:
-    """An attempt's container, started and checked; removed when the block ends, whatever ended it.
+    """An attempt's container (and a compose task's sidecars), started and checked; removed when the block ends,
+    whatever ended it.
 
     A container of the same owner still present was left by a killed attempt (attempts of one trial never
     overlap) and is removed first, with every container whose worker is gone.
     """
     name = container_name(owner)
+    services = [service for service, _ in image.sidecars]
     reap(runtime)
     runtime.run(["rm", "-f", "-t", "0", name], timeout_s=120, check=False)
+    if services:
+        sidecars.remove(runtime, name, services)
     try:
+        network, hosts = None, []
+        if services:
+            hardened = hardening(DEFAULT_CPUS, DEFAULT_MEMORY_MB)
+            try:
+                _, hosts = sidecars.start_sidecars(runtime, task, image, name, labels(owner), hardened)
+            except sidecars.SidecarError as err:
+                raise ContainerSessionError(str(err)) from None
+            network = sidecars.network_name(name)
         try:
-            runtime.run(run_args(task, image, name, owner), timeout_s=START_TIMEOUT_S)
+            runtime.run(run_args(task, image, name, owner, network, hosts), timeout_s=START_TIMEOUT_S)
         except ContainerCommandError as err:
             raise ContainerSessionError(f"the task's container did not start: {err}") from None
         workdir = task.config.environment.workdir or image.workdir
@@ -292,3 +326,5 @@ def container_session(
         yield session
     finally:
         runtime.run(["rm", "-f", "-t", "0", name], timeout_s=120, check=False)
+        if services:
+            sidecars.remove(runtime, name, services)

@@ -73,7 +73,7 @@ class WorldStoreResource(dg.ConfigurableResource):
         if not is_task_world(world_id):
             return None
         task = self.task(world_id)
-        return task if task.environment_kind in ("dockerfile", "image") else None
+        return task if task.in_container else None
 
     def verified_hash(self, world_id: str) -> str:
         """The per-attempt check: the seal, O(entries), no contents read (:func:`rl_assets.worlds.tree_manifest`)."""

@@ -1,11 +1,12 @@
-"""What of a valid task this machine's sandbox cannot honour: settings it ignores, and reasons to refuse.
+"""What of a valid task this machine can honour: settings it ignores, and reasons to refuse.
 
-Harbor's schema describes containers on a provider; the local sandbox (bubblewrap over the
-machine's own read-only system directories, the world as the working directory, no network, its
-own fixed resource limits) is narrower. A setting it cannot honour is either harmless to ignore
-(listed, so nobody believes it applied) or changes what the task is (an image to build or pull, a
-second container, Windows): such a task is refused locally. Only one that names a pushed image
-(``[environment] docker_image``) runs on Kubernetes instead; the rest are refused there too.
+Harbor's schema describes containers on a provider. Locally, a task of plain files runs in the
+bubblewrap sandbox (the machine's own read-only system directories, the world as the working
+directory, no network, its own fixed resource limits), and a task with an image (a Dockerfile, a
+``docker_image``, or a compose file's sidecars) in containers where Podman or Docker is installed
+(:func:`_container_fit`). A setting neither can honour is either harmless to ignore (listed, so nobody
+believes it applied) or changes what the task is (Windows, a separate verifier environment): such a
+task is refused, on one line naming why.
 
 On Kubernetes (:func:`kubernetes_refusals`) a task runs in a pod of its own on its ``docker_image``
 (a task of plain files on the deployment's image); what is refused there is what that pod cannot
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rl_assets.tasks.compose import ComposeError, load_compose
 from rl_assets.tasks.task import COMPOSE_FILES, Task
 
 
@@ -34,7 +36,7 @@ class LocalFit:
 def local_fit(task: Task, containers: bool = False) -> LocalFit:
     """How ``task`` fits this machine: the bubblewrap sandbox for plain files, a container for an image
     (``containers``: a container runtime is here)."""
-    if task.environment_kind in ("dockerfile", "image"):
+    if task.in_container:
         return _container_fit(task, containers)
     env = task.config.environment
     ignored: list[str] = []
@@ -90,11 +92,21 @@ def _container_fit(task: Task, containers: bool) -> LocalFit:
         ignored.append("artifacts (not collected locally)")
     if any(step.artifacts or step.agent.user is not None for step in config.steps or []):
         ignored.append("[[steps]] artifacts and agent user (the steps run as the task's agent user; none collected)")
-    not_for_containers = ("environment/Dockerfile", "[environment] docker_image", STEPS_NEED_A_CONTAINER)
+    not_for_containers = (
+        "environment/Dockerfile",
+        "[environment] docker_image",
+        STEPS_NEED_A_CONTAINER,
+        "environment/docker-compose",
+    )
     reasons = [r for r in _refusals(task) if not r.startswith(not_for_containers)]
+    if task.environment_kind == "compose":
+        try:
+            load_compose(task)
+        except ComposeError as err:
+            reasons.extend(err.problems)
     if not containers:
         image = f"[environment] docker_image {env.docker_image!r}"
-        what = "environment/Dockerfile" if task.environment_kind == "dockerfile" else image
+        what = {"dockerfile": "environment/Dockerfile", "image": image}.get(task.environment_kind, "its compose file")
         reasons.insert(0, f"{what}: runs in a container, and no container runtime is here: {INSTALL_HINT}")
     return LocalFit(tuple(ignored), tuple(reasons))
 
@@ -102,7 +114,7 @@ def _container_fit(task: Task, containers: bool) -> LocalFit:
 def offline_hint(task: Task) -> list[str]:
     """For a failed oracle: the line saying its verifier had no network, where the task did not ask for one."""
     env = task.config.environment
-    if task.environment_kind not in ("dockerfile", "image") or env.network_mode is not None:
+    if not task.in_container or env.network_mode is not None:
         return []
     return [
         "its container had no network: the task sets no network_mode (Harbor's default is public, rl-assets' "
@@ -120,10 +132,7 @@ def _refusals(task: Task) -> list[str]:
     image = config.environment.docker_image
     if kind == "compose":
         name = next(f for f in COMPOSE_FILES if f in task.environment_files)
-        reasons.append(
-            f"environment/{name}: a multi-container environment (sidecar services) is not run yet: an attempt is one "
-            "container (or pod) of one image; give the task a single environment/Dockerfile"
-        )
+        reasons.append(f"environment/{name}: its sidecar services run in local containers only (Podman or Docker)")
     elif kind == "dockerfile" and not image:
         reasons.append(
             "environment/Dockerfile: the local sandbox builds no image; build and push the image, then set "

@@ -68,6 +68,11 @@ class Task:
         return self.config.task.name if self.config.task else self.path.name
 
     @property
+    def in_container(self) -> bool:
+        """Its environment is an image (built, pulled, or with sidecars): it runs in a container, not bubblewrap."""
+        return self.environment_kind != "files"
+
+    @property
     def environment_kind(self) -> EnvironmentKind:
         """What builds the environment, in Harbor's order: compose, Dockerfile, image, else plain files."""
         files = set(self.environment_files)
