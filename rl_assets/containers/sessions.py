@@ -83,8 +83,9 @@ def _alive(identity: str) -> bool:
     return pid.isdigit() and _start_time(int(pid)) == started
 
 
-def reap(runtime: ContainerRuntime) -> list[str]:
-    """Remove every task container (and compose network) whose worker is gone; the containers' names."""
+def reap(runtime: ContainerRuntime, networks: bool = True) -> list[str]:
+    """Remove every task container (and, with ``networks``, compose network) whose worker is gone; the containers'
+    names. Only compose attempts make networks, so only they (and ``rl-assets stop``) pay to look for them."""
     label = f'index .Labels "{WORKER_LABEL}"' if runtime.kind == "podman" else f'.Label "{WORKER_LABEL}"'
     listing = ["ps", "-a", "--filter", f"label={WORKER_LABEL}", "--format", "{{.Names}} {{" + label + "}}"]
     proc = runtime.run(listing, timeout_s=60)
@@ -95,11 +96,8 @@ def reap(runtime: ContainerRuntime) -> list[str]:
             over.append(name)
     if over:
         runtime.run(["rm", "-f", "-t", "0", *over], timeout_s=120, check=False)
-    dead = [
-        network
-        for network, identity in sidecars.labelled_networks(runtime, WORKER_LABEL).items()
-        if not _alive(identity)
-    ]
+    labelled = sidecars.labelled_networks(runtime, WORKER_LABEL) if networks else {}
+    dead = [network for network, identity in labelled.items() if not _alive(identity)]
     if dead:  # a compose attempt's network, its containers removed just above
         runtime.run(["network", "rm", *dead], timeout_s=120, check=False)
     return over
@@ -303,7 +301,7 @@ def container_session(
     """
     name = container_name(owner)
     services = [service for service, _ in image.sidecars]
-    reap(runtime)
+    reap(runtime, networks=bool(services))
     runtime.run(["rm", "-f", "-t", "0", name], timeout_s=120, check=False)
     if services:
         sidecars.remove(runtime, name, services)
