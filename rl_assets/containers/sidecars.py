@@ -76,10 +76,14 @@ def _healthy(runtime: ContainerRuntime, name: str, sidecar: Sidecar, check: Heal
     grace_ends = time.monotonic() + check.start_period_s
     failures, last = 0, ""
     while True:
-        proc = runtime.run(["exec", name, *check.argv], timeout_s=check.timeout_s + 5, check=False)
-        if proc.returncode == 0:
-            return
-        last = (proc.stdout or b"").decode(errors="replace")[-300:]
+        try:
+            proc = runtime.run(["exec", name, *check.argv], timeout_s=check.timeout_s, check=False)
+        except ContainerCommandError as err:  # no answer at all: a failed check, as Docker counts one
+            last = str(err)
+        else:
+            if proc.returncode == 0:
+                return
+            last = (proc.stdout or b"").decode(errors="replace")[-300:]
         in_grace = time.monotonic() < grace_ends
         failures += 0 if in_grace else 1
         if failures >= check.retries:
