@@ -112,4 +112,4 @@ def test_a_valid_compose_task_runs_where_a_container_runtime_is_and_is_refused_w
     task = load_task(_task(tmp_path / "t", HARBOR_STYLE))
     assert local_fit(task, containers=True).runs_locally
     (refusal,) = local_fit(task, containers=False).refusals
-    assert refusal.startswith("its compose file: runs in a container, and no container runtime is here: install")
+    assert refusal.startswith("environment/docker-compose.yaml: runs in a container, and no container runtime is here")

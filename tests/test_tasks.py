@@ -271,7 +271,13 @@ def test_a_network_needing_task_is_told_there_is_none_locally(tmp_path):
             lambda p: (p / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n"),
             "environment/Dockerfile: runs in a container, and no container runtime is here: install Podman",
         ),
-        (lambda p: (p / "environment" / "docker-compose.yaml").write_text("services: {}\n"), "docker-compose.yaml"),
+        (
+            lambda p: [
+                (p / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n"),
+                (p / "environment" / "docker-compose.yaml").write_text("services:\n  main: {}\n"),
+            ],
+            "environment/docker-compose.yaml: runs in a container",
+        ),
         (
             lambda p: (p / "task.toml").write_text("[environment]\ndocker_image = 'a/b:1'\n"),
             "docker_image 'a/b:1': runs in a container, and no container runtime is here",

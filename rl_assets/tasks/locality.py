@@ -106,7 +106,8 @@ def _container_fit(task: Task, containers: bool) -> LocalFit:
             reasons.extend(err.problems)
     if not containers:
         image = f"[environment] docker_image {env.docker_image!r}"
-        what = {"dockerfile": "environment/Dockerfile", "image": image}.get(task.environment_kind, "its compose file")
+        compose = next((f"environment/{f}" for f in COMPOSE_FILES if f in task.environment_files), "")
+        what = {"dockerfile": "environment/Dockerfile", "image": image}.get(task.environment_kind, compose)
         reasons.insert(0, f"{what}: runs in a container, and no container runtime is here: {INSTALL_HINT}")
     return LocalFit(tuple(ignored), tuple(reasons))
 
