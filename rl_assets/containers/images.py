@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from rl_assets.containers.runtime import PROCESS_LIMITS, ContainerCommandError, ContainerRuntime, tail
 from rl_assets.home import ensure_private_dir
@@ -95,12 +96,10 @@ def image_tag(task: Task, context: str) -> str:
 def built_image(runtime: ContainerRuntime, task: Task) -> TaskImage:
     """The task's image (and a compose task's sidecars') as the runtime has it, never built nor pulled here:
     :class:`ImageMissingError` if one is absent."""
-    main = _found(runtime, task.name, *_main_source(task))
+    main = _found(runtime, task.name, _main_source(task))
     return dataclasses.replace(
         main,
-        sidecars=tuple(
-            (s.name, _found(runtime, f"{task.name}'s {s.name}", *_source(task, s))) for s in _sidecars(task)
-        ),
+        sidecars=tuple((s.name, _found(runtime, f"{task.name}'s {s.name}", _source(task, s))) for s in _sidecars(task)),
     )
 
 
@@ -109,9 +108,9 @@ def ensure_image(runtime: ContainerRuntime, task: Task, locks: Path | None = Non
     built once across callers."""
     lock_dir = ensure_private_dir(locks or Path(tempfile.gettempdir()) / f"rl-assets-{os.geteuid()}-image-locks")
     timeout_s = task.config.environment.build_timeout_sec
-    main = _ensured(runtime, task.name, *_main_source(task), lock_dir, timeout_s)
+    main = _ensured(runtime, task.name, _main_source(task), lock_dir, timeout_s)
     sidecars = tuple(
-        (s.name, _ensured(runtime, f"{task.name}'s {s.name}", *_source(task, s), lock_dir, timeout_s))
+        (s.name, _ensured(runtime, f"{task.name}'s {s.name}", _source(task, s), lock_dir, timeout_s))
         for s in _sidecars(task)
     )
     built = [image for image in (main, *(i for _, i in sidecars)) if image.built]
@@ -124,16 +123,22 @@ def ensure_image(runtime: ContainerRuntime, task: Task, locks: Path | None = Non
     )
 
 
-Source = tuple[str, str, Path | None, str]
-"""(the image's name, its context hash ('' for a pulled image), its build context or None, the Dockerfile's name)."""
+class Source(NamedTuple):
+    """Where an image comes from: built from ``directory`` (with ``dockerfile``), or pulled (``directory`` None)."""
+
+    name: str
+    context: str
+    """The build context's hash ('' for a pulled image)."""
+    directory: Path | None
+    dockerfile: str
 
 
 def _main_source(task: Task) -> Source:
     if task.environment_kind == "image":
-        return task.config.environment.docker_image or "", "", None, ""
+        return Source(task.config.environment.docker_image or "", "", None, "")
     environment = task.path / "environment"
     context = context_hash(environment)
-    return image_tag(task, context), context, environment, "Dockerfile"
+    return Source(image_tag(task, context), context, environment, "Dockerfile")
 
 
 def _sidecars(task: Task) -> tuple[Sidecar, ...]:
@@ -142,46 +147,41 @@ def _sidecars(task: Task) -> tuple[Sidecar, ...]:
 
 def _source(task: Task, sidecar: Sidecar) -> Source:
     if sidecar.context is None:
-        return sidecar.image or "", "", None, ""
+        return Source(sidecar.image or "", "", None, "")
     context = context_hash(sidecar.context)
-    return f"{IMAGE_REPOSITORY}/{task.name}/{sidecar.name}:{context[:40]}", context, sidecar.context, sidecar.dockerfile
+    return Source(
+        f"{IMAGE_REPOSITORY}/{task.name}/{sidecar.name}:{context[:40]}", context, sidecar.context, sidecar.dockerfile
+    )
 
 
-def _found(runtime: ContainerRuntime, what: str, name: str, context: str, _dir: Path | None, _file: str) -> TaskImage:
-    found = inspect(runtime, name, context)
+def _found(runtime: ContainerRuntime, what: str, source: Source) -> TaskImage:
+    found = inspect(runtime, source.name, source.context)
     if found is None:
-        raise ImageMissingError(f"{what}'s image {name} is not in {runtime.kind}: the task_images asset builds it")
+        raise ImageMissingError(
+            f"{what}'s image {source.name} is not in {runtime.kind}: the task_images asset builds it"
+        )
     return found
 
 
-def _ensured(
-    runtime: ContainerRuntime,
-    what: str,
-    name: str,
-    context: str,
-    directory: Path | None,
-    dockerfile: str,
-    lock_dir: Path,
-    timeout_s: float,
-) -> TaskImage:
-    if directory is None:
-        return _pulled(runtime, name)
-    found = inspect(runtime, name, context)
+def _ensured(runtime: ContainerRuntime, what: str, source: Source, lock_dir: Path, timeout_s: float) -> TaskImage:
+    if source.directory is None:
+        return _pulled(runtime, source.name)
+    found = inspect(runtime, source.name, source.context)
     if found is not None:
         return found
-    with open(lock_dir / f"{context}.lock", "a") as lock:
+    with open(lock_dir / f"{source.context}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        found = inspect(runtime, name, context)  # built by whoever held the lock before us
+        found = inspect(runtime, source.name, source.context)  # built by whoever held the lock before us
         if found is not None:
             return found
-        return _build(runtime, what, directory, dockerfile, name, context, timeout_s)
+        return _build(runtime, what, source, timeout_s)
 
 
-def _build(
-    runtime: ContainerRuntime, what: str, directory: Path, dockerfile: str, tag: str, context: str, timeout_s: float
-) -> TaskImage:
+def _build(runtime: ContainerRuntime, what: str, source: Source, timeout_s: float) -> TaskImage:
+    assert source.directory is not None
+    tag, context = source.name, source.context
     args = ["build", *PROCESS_LIMITS, "--label", f"{CONTEXT_LABEL}={context}", "-t", tag]
-    args += ["-f", str(directory / dockerfile), str(directory)]
+    args += ["-f", str(source.directory / source.dockerfile), str(source.directory)]
     start = time.monotonic()
     proc = subprocess.Popen(runtime.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

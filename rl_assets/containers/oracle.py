@@ -11,7 +11,7 @@ from pathlib import Path
 from rl_assets.containers.images import ImageBuildError, ensure_image
 from rl_assets.containers.runtime import ContainerCommandError, ContainerRuntimeUnavailable, container_runtime
 from rl_assets.containers.sessions import ContainerSessionError, container_session
-from rl_assets.sandbox.exec_protocol import tests_archive
+from rl_assets.sandbox.exec_protocol import tree_archive
 from rl_assets.tasks.check import OracleRun
 from rl_assets.tasks.steps import run_steps, step_dir
 from rl_assets.tasks.task import Task
@@ -33,7 +33,7 @@ def run_container_oracle(task: Task) -> OracleRun:
         with container_session(runtime, task, image, f"oracle/{task.name}/{uuid.uuid4().hex}") as session:
 
             def solve_in(solution: Path, seconds: float) -> str:
-                session.put(tests_archive(solution), "/solution")
+                session.put(tree_archive(solution), "/solution")
                 agent = session.agent.command(
                     "bash /solution/solve.sh", seconds, workdir=session.workdir, env=task.config.solution.env
                 )

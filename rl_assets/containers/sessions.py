@@ -37,7 +37,7 @@ from rl_assets.containers import sidecars
 from rl_assets.containers.images import TaskImage
 from rl_assets.containers.runtime import PROCESS_LIMITS, ContainerCommandError, ContainerRuntime
 from rl_assets.domain.models import VerifierOutcome
-from rl_assets.sandbox.exec_protocol import TOOLS_CHECK, CappedOutput, ContainerVerifier, tests_archive, timed_command
+from rl_assets.sandbox.exec_protocol import TOOLS_CHECK, CappedOutput, ContainerVerifier, timed_command, tree_archive
 from rl_assets.sandbox.protocol import CommandResult
 from rl_assets.sandbox.task_shell import OUTPUT_BYTES
 from rl_assets.tasks.config import HealthcheckConfig, StepConfig
@@ -224,7 +224,7 @@ class ContainerTaskSession:
             )
         workdir = step_dir(self.task, step) / "workdir"
         if workdir.is_dir():
-            self.put(tests_archive(workdir), self.workdir)
+            self.put(tree_archive(workdir), self.workdir)
             if (workdir / "setup.sh").is_file():
                 setup = self.agent.command(
                     f"bash {shlex.quote(self.workdir.rstrip('/') + '/setup.sh')}", SETUP_WAIT_S, workdir=self.workdir

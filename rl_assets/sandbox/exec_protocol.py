@@ -12,7 +12,7 @@ the verifier's files) ``head``, ``tar`` and ``find``, as any Debian- or Ubuntu-b
 Before the verifier, :func:`clear_for_verifier` kills every process the agent left (``kill -s KILL
 -1`` signals all but the container's init and the caller), empties the directories the agent could
 have planted files in (a ``conftest.py``, a reward file), then unpacks ``tests/`` (a tar stream on
-the exec's stdin, :func:`tests_archive`) and the agent's final answer. :data:`READ_REWARD` reads a
+the exec's stdin, :func:`tree_archive`) and the agent's final answer. :data:`READ_REWARD` reads a
 reward file back refusing links and special files, for :func:`rl_assets.tasks.verifier.rewards_from`.
 """
 
@@ -93,7 +93,7 @@ head -c "$1" | tar -x -f - -C /tests && mkdir -p /logs/verifier /logs/agent && h
 """
 
 
-def tests_archive(*trees: Path) -> bytes:
+def tree_archive(*trees: Path) -> bytes:
     """Directories as one tar stream (regular files and directories; owners and times left out); a later tree's
     file replaces an earlier one's of the same path when unpacked (a step's ``tests/`` over the task's)."""
     buffer = io.BytesIO()
@@ -191,7 +191,7 @@ class ContainerVerifier:
         bounds = reward_range(task.config.metadata)
         timeout_sec, env, _ = verifier_settings(task, step)
         timeout_s, why = verifier_time(timeout_sec, deadline)
-        archive = tests_archive(*tests_dirs(task, step))
+        archive = tree_archive(*tests_dirs(task, step))
         said = answer.encode("utf-8")
         code, output = self.trusted.argv(
             ["bash", "-c", clear_for_verifier(self.scratch), "clear", str(len(archive)), str(len(said))],
