@@ -26,7 +26,7 @@ from rl_assets.containers.images import context_hash, ensure_image, image_tag
 from rl_assets.containers.sessions import WORKER_LABEL, container_session, reap
 from rl_assets.containers.sidecars import labelled_networks
 from rl_assets.tasks.task import load_task
-from rl_assets.testing.example_solutions import JUDGE_MODEL, POLICY_MODEL, call, script
+from rl_assets.testing.example_solutions import JUDGE_MODEL, POLICY_MODEL, script
 from rl_assets.testing.expectations import run_cli, train_json
 from rl_assets.testing.kills import Train, Watch, kill_train_tree, run_train, wait_for
 from rl_assets.testing.served_model import ServedModel
@@ -165,45 +165,8 @@ def test_a_sigkilled_workers_container_is_reaped(runtime, tmp_path):
     assert task_containers(runtime) == []
 
 
-FIXED_MEDIAN = (
-    "def mean(values):\n    return sum(values) / len(values)\n\n\ndef median(values):\n"
-    "    ordered = sorted(values)\n    middle = len(ordered) // 2\n    if len(ordered) % 2:\n"
-    "        return ordered[middle]\n    return (ordered[middle - 1] + ordered[middle]) / 2\n"
-)
-JQ_TOTALS = (
-    "jq -r 'group_by(.customer) | map([.[0].customer, (map(.amount) | add)]) | sort_by(.[0]) | .[] | @tsv' "
-    "/data/orders.json > /app/totals.tsv"
-)
-STOCK_TOTAL = (
-    "curl -fsS http://inventory:8000/stock.json | grep -o '\"count\": *[0-9]*' | grep -o '[0-9]*$' "
-    "| awk '{ total += $1 } END { print total }' > /app/total.txt"
-)
-CONTAINER_SOLUTIONS = [
-    {
-        "match": "computes summary statistics",
-        "turns": [
-            call("write_file", path="src/stats/__init__.py", content=FIXED_MEDIAN),
-            {"content": "median fixed."},
-        ],
-    },
-    {
-        "match": "reads its settings from",
-        "turns": [
-            call(
-                "write_file",
-                path="/etc/greeter.conf",
-                content="[greeter]\nport = 8088\ngreeting = hello from rl-assets\n",
-            ),
-            {"content": "configured."},
-        ],
-    },
-    {"match": "lists orders", "turns": [call("bash", command=JQ_TOTALS), {"content": "totals written."}]},
-    {"match": "named `inventory`", "turns": [call("bash", command=STOCK_TOTAL), {"content": "total written."}]},
-]
-
-
 def test_a_container_task_experiment_trains_and_leaves_no_container(runtime, home, tmp_path):
-    with ServedModel(script(extra=CONTAINER_SOLUTIONS), tmp_path) as server:
+    with ServedModel(script(), tmp_path) as server:
         result = train_json(
             home,
             *("--experiment", "containers", "--tasks", str(EXAMPLES), "--policy-url", server.base_url),
@@ -226,7 +189,7 @@ def test_a_sigkilled_container_run_leaves_containers_only_the_reaper_removes_and
     (tasks / "summarize-json" / "environment" / "nonce").write_text(uuid.uuid4().hex)
     fresh = load_task(tasks / "summarize-json")
     slow = {"slow": 10_000, "slow_s": 0.5}  # every answer waits: the trials are inside their containers
-    with ServedModel(script(faults=slow, extra=CONTAINER_SOLUTIONS), tmp_path) as server:
+    with ServedModel(script(faults=slow), tmp_path) as server:
         args = [
             *("--experiment", name, "--tasks", str(tasks), "--policy-url", server.base_url),
             *("--policy-model", POLICY_MODEL, "--steps", "1", "--samples", "2", "--max-turns", "4"),
@@ -265,7 +228,7 @@ def test_flaky_and_hung_container_trials_and_judge_faults_change_nothing_but_the
     runtime, home, stores, tmp_path
 ):
     def served(faults: dict | None = None) -> dict:
-        answers = script(faults, extra=CONTAINER_SOLUTIONS)
+        answers = script(faults)
         answers["judge"].append({"match": "", "answer": '{"score": 0.5, "reason": "scripted"}'})  # any container task
         return answers
 
@@ -310,7 +273,7 @@ def test_a_removed_image_is_rebuilt_by_task_images_and_its_trials_rolled_out_aga
     task = load_task(tasks / "summarize-json")
     tag = image_tag(task, context_hash(task.path / "environment"))
     args = ("--tasks", str(tasks), "--steps", "1", "--samples", "1", "--max-turns", "4")
-    with ServedModel(script(extra=CONTAINER_SOLUTIONS), tmp_path) as server:
+    with ServedModel(script(), tmp_path) as server:
         model = ("--policy-url", server.base_url, "--policy-model", POLICY_MODEL)
         first = train_json(home, "--experiment", "image-seal", *model, *args)
         called = server.stats()["answered"][POLICY_MODEL]

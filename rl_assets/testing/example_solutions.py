@@ -1,4 +1,5 @@
-"""Scripted model answers that solve each task of ``examples/tasks`` through the chat agent's tools.
+"""Scripted model answers that solve each task of ``examples/tasks`` and ``examples/container-tasks`` through the
+chat agent's tools.
 
 For the stand-in model server (:mod:`rl_assets.testing.model_server`): each task's answers are chosen by
 a substring of its instruction, so every trial of a task, on any attempt, gets the same answers.
@@ -59,6 +60,28 @@ SOLUTIONS: dict[str, list[dict[str, Any]]] = {
         {"content": "slug.py written."},
     ],
 }
+JQ_TOTALS = (
+    "jq -r 'group_by(.customer) | map([.[0].customer, (map(.amount) | add)]) | sort_by(.[0]) | .[] | @tsv' "
+    "/data/orders.json > /app/totals.tsv"
+)
+STOCK_TOTAL = (
+    "curl -fsS http://inventory:8000/stock.json | grep -o '\"count\": *[0-9]*' | grep -o '[0-9]*$' "
+    "| awk '{ total += $1 } END { print total }' > /app/total.txt"
+)
+GREETER_CONF = "[greeter]\nport = 8088\ngreeting = hello from rl-assets\n"
+CONTAINER_SOLUTIONS = [
+    {
+        "match": "computes summary statistics",
+        "turns": [call("write_file", path="src/stats/__init__.py", content=FIXED_STATS), {"content": "median fixed."}],
+    },
+    {
+        "match": "reads its settings from",
+        "turns": [call("write_file", path="/etc/greeter.conf", content=GREETER_CONF), {"content": "configured."}],
+    },
+    {"match": "lists orders", "turns": [call("bash", command=JQ_TOTALS), {"content": "totals written."}]},
+    {"match": "named `inventory`", "turns": [call("bash", command=STOCK_TOTAL), {"content": "total written."}]},
+]
+"""The answers that solve ``examples/container-tasks``, each chosen by a substring of its instruction."""
 MATCHES = {
     "create-file": "greeting.txt",
     "edit-config": "config.json",
@@ -82,7 +105,7 @@ def script(faults: dict[str, Any] | None = None, extra: list[dict[str, Any]] = (
     return {
         "policy_model": POLICY_MODEL,
         "judge_model": JUDGE_MODEL,
-        "tasks": [*extra, *tasks],
+        "tasks": [*extra, *tasks, *CONTAINER_SOLUTIONS],
         "judge": judge,
         "faults": faults or {},
     }
