@@ -35,7 +35,7 @@ def load_definitions() -> dg.Definitions:
     from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_job, start_experiment_job
     from rl_assets.driver.sensor import driver_sensor, rubric_sensor, training_sensor
     from rl_assets.environment import resources
-    from rl_assets.jobs import judge_job, train_job, trial_job, world_job
+    from rl_assets.jobs import judge_job, rollout_job, train_job, trial_job, world_job
     from rl_assets.rubric_observer import rubric_observer
 
     return dg.Definitions(
@@ -44,6 +44,7 @@ def load_definitions() -> dg.Definitions:
             world_job,
             trial_job,
             judge_job,
+            rollout_job,
             train_job,
             start_experiment_job,
             fork_experiment_job,
@@ -81,6 +82,10 @@ def get_judge_job() -> dg.JobDefinition:
     return get_job("judge_job")
 
 
+def get_rollout_job() -> dg.JobDefinition:
+    return get_job("rollout_job")
+
+
 def get_train_job() -> dg.JobDefinition:
     return get_job("train_job")
 
@@ -89,5 +94,6 @@ RECONSTRUCTABLE_JOBS = {
     "world_job": get_world_job,
     "trial_job": get_trial_job,
     "judge_job": get_judge_job,
+    "rollout_job": get_rollout_job,
     "train_job": get_train_job,
 }

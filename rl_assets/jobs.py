@@ -4,6 +4,9 @@
 - ``trial_job``: one trial, as two steps (generate, then judge) in separate
   processes with their own retries: a crash while judging never regenerates;
 - ``judge_job``: one trial's judging alone, for re-scoring stored trajectories;
+- ``rollout_job``: many trials (or a re-scoring's judgments) of one step in one run, each in a thread of
+  its worker with its own records: what the local driver launches
+  (:mod:`rl_assets.assets.rollout_batches`);
 - ``train_job``: one training step on the Ray trainer.
 
 Judging and training read the rubric from the run's ``rl/rubric`` tag (the
@@ -18,6 +21,7 @@ import dagster as dg
 
 from rl_assets.assets.partitions import STEP, TRIAL, WORLD
 from rl_assets.assets.rewards import rewards
+from rl_assets.assets.rollout_batches import roll_out_trials
 from rl_assets.assets.task_images import task_images
 from rl_assets.assets.trajectories import trajectories
 from rl_assets.assets.weights import weights
@@ -60,3 +64,13 @@ train_job = dg.define_asset_job(
     tags={KIND_TAG: "train"},
     description="One training step on the trainer actor.",
 )
+
+
+@dg.job(
+    name="rollout_job",
+    executor_def=dg.in_process_executor,
+    tags={KIND_TAG: "rollouts", "dagster/max_retries": "0"},
+    description="A step's trials in one worker, each in a thread with its own sandbox, records and retries.",
+)
+def rollout_job() -> None:
+    roll_out_trials()

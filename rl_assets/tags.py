@@ -15,6 +15,8 @@ EXPERIMENT_TAG = "rl/experiment"
 PARTITION_TAG = "rl/partition"
 RUBRIC_TAG = "rl/rubric"
 """The rubric a run judges and trains with; absent means the experiment's own."""
+ROLLOUT_STEP_TAG = "rl/rollout_step"
+"""The step whose trials a rollout run (``rollout_job``) carries: how the planner finds the runs of a step's trials."""
 WORKER_PID_TAG = "rl/worker_pid"
 """``pid@start-time`` of the process executing the run."""
 

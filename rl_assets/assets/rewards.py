@@ -13,6 +13,7 @@ from rl_assets.assets import pools
 from rl_assets.assets.checks import REWARD_CHECKS, check_results
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
+from rl_assets.assets.unit_run import UnitRun
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Reward, Trajectory
 from rl_assets.domain.rubrics import AnyRubric, kind_problem
@@ -42,8 +43,15 @@ from rl_assets.workloads.seams import Judge
     description="One trial's reward: verifier correctness plus the judge's score, under the run's rubric.",
 )
 def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: JudgeResource) -> dg.MaterializeResult:
-    experiment, step, slot = parse_trial_partition(context.partition_key)
-    state = stores.stores
+    return reward_of_trial(UnitRun.of(context), stores.stores, judge)
+
+
+def reward_of_trial(unit: UnitRun, state: Stores, judge: JudgeResource) -> dg.MaterializeResult:
+    """One trial's reward under the run's rubric: what the asset materializes, in whichever run carries it.
+
+    Raises ``dg.RetryRequested`` for another attempt and ``dg.Failure`` when the trial cannot be judged.
+    """
+    experiment, step, slot = parse_trial_partition(unit.partition_key)
     config = state.experiments.get(experiment)
     runtime = state.experiments.runtime(experiment)
     trial_id = config.trial(step, slot).trial_id
@@ -55,19 +63,19 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
         partial(state.trials.trajectory, experiment, step, slot),
         "trajectory",
         "trial",
-        context.partition_key,
+        unit.partition_key,
     )
     if checked.record is None:
         raise dg.Failure(f"{trial_id}: its {checked.problem}; the driver runs the trial again", allow_retries=False)
     trajectory = checked.record
-    rubric = run_rubric(context, state, config)
+    rubric = run_rubric(unit.tags, state, config)
     if config.judge == "none":  # a task experiment without a judge: the verifier's reward is the reward
         reward = task_reward(trajectory, rubric.name, None)
-        return _recorded(context, state, config, rubric, step, slot, reward, trajectory)
+        return _recorded(unit, state, config, rubric, step, slot, reward, trajectory)
     problem = kind_problem(rubric, llm_judge=config.judge == "llm")
     if problem is not None:
         raise dg.Failure(f"{trial_id}: {problem}", allow_retries=False)
-    attempt = context.retry_number
+    attempt = unit.attempt
     chosen = _judge_of(state, config, trial_id)
     key = judge.key(experiment, trajectory, rubric, chosen)
     cache_hit: bool | None = None
@@ -90,7 +98,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
             cache_hit = err.cache_hit
         state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "failed")
         if attempt < config.judge_retries:
-            context.log.warning(f"judging {trial_id} attempt {attempt} failed: {err}; retrying")
+            unit.log.warning(f"judging {trial_id} attempt {attempt} failed: {err}; retrying")
             raise dg.RetryRequested(max_retries=config.judge_retries) from err
         state.attempts.record_trial_failure(experiment, trial_id, "judge", str(err))
         raise dg.Failure(
@@ -99,7 +107,7 @@ def rewards(context: dg.AssetExecutionContext, stores: StoresResource, judge: Ju
     state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "ok")
     reward = reward_of(trajectory, verdict) if config.judge is None else task_reward(trajectory, rubric.name, verdict)
     state.trials.save_reward(experiment, rubric.name, step, slot, reward)
-    state.damage.repaired("trial", context.partition_key)
+    state.damage.repaired("trial", unit.partition_key)
     return dg.MaterializeResult(
         metadata={
             "trial_id": trial_id,
@@ -132,7 +140,7 @@ def _verifier_metadata(trajectory: Trajectory) -> dict[str, object]:
 
 
 def _recorded(
-    context: dg.AssetExecutionContext,
+    unit: UnitRun,
     state: Stores,
     config: ExperimentConfig,
     rubric: AnyRubric,
@@ -143,7 +151,7 @@ def _recorded(
 ) -> dg.MaterializeResult:
     """A reward that needed no judge (the verifier alone), recorded like any other."""
     state.trials.save_reward(config.name, reward.rubric_name, step, slot, reward)
-    state.damage.repaired("trial", context.partition_key)
+    state.damage.repaired("trial", unit.partition_key)
     return dg.MaterializeResult(
         metadata={
             "trial_id": reward.trial_id,

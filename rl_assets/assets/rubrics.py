@@ -8,6 +8,8 @@ trains with is its ``rl/rubric`` tag (set by the driver, the re-scoring
 sensor, or a UI backfill's tags), else the experiment's own rubric.
 """
 
+from collections.abc import Mapping
+
 import dagster as dg
 
 from rl_assets.domain.experiment import ExperimentConfig
@@ -33,6 +35,6 @@ def rubrics(stores: StoresResource) -> dg.ObserveResult:
     )
 
 
-def run_rubric(context: dg.AssetExecutionContext, state: Stores, config: ExperimentConfig) -> AnyRubric:
-    """The rubric this run judges and trains with, resolved (and pinned) through the registry."""
-    return state.rubrics.get(rubric_of(context.run.tags, config.rubric))
+def run_rubric(tags: Mapping[str, str], state: Stores, config: ExperimentConfig) -> AnyRubric:
+    """The rubric a run with these tags judges and trains with, resolved (and pinned) through the registry."""
+    return state.rubrics.get(rubric_of(tags, config.rubric))

@@ -12,6 +12,7 @@ import dagster as dg
 from rl_assets.assets import pools
 from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.policy import parent_policy
+from rl_assets.assets.unit_run import UnitRun
 from rl_assets.containers.images import ImageMissingError
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import content_hash
@@ -45,8 +46,15 @@ from rl_assets.worlds import WorldTamperedError
 def trajectories(
     context: dg.AssetExecutionContext, stores: StoresResource, world_store: WorldStoreResource
 ) -> dg.MaterializeResult:
-    experiment, step, slot = parse_trial_partition(context.partition_key)
-    state = stores.stores
+    return trajectory_of(UnitRun.of(context), stores.stores, world_store)
+
+
+def trajectory_of(unit: UnitRun, state: Stores, world_store: WorldStoreResource) -> dg.MaterializeResult:
+    """One trial's rollout, reused or generated: what the asset materializes, in whichever run carries it.
+
+    Raises ``dg.RetryRequested`` for another attempt and ``dg.Failure`` when the trial cannot go on.
+    """
+    experiment, step, slot = parse_trial_partition(unit.partition_key)
     config = state.experiments.get(experiment)
     runtime = state.experiments.runtime(experiment)
     spec = config.trial(step, slot)
@@ -68,12 +76,12 @@ def trajectories(
             "agent": workload_of(config).agent.version,
         }
     )
-    attempt = context.retry_number
-    trajectory, source = _reusable(context, state, experiment, identity)
+    attempt = unit.attempt
+    trajectory, source = _reusable(unit, state, experiment, identity)
     fork_kind = "none"
     if trajectory is None:
         trajectory, fork_kind = _generate(
-            context, state, world_store, config, runtime, spec, policy, world_hash, identity, attempt
+            unit, state, world_store, config, runtime, spec, policy, world_hash, identity, attempt
         )
     elif source != "reused":
         state.trials.cache_rollout(experiment, identity, trajectory)  # the experiment's own copy from now on
@@ -101,9 +109,7 @@ def trajectories(
     )
 
 
-def _reusable(
-    context: dg.AssetExecutionContext, state: Stores, experiment: str, identity: str
-) -> tuple[Trajectory | None, str]:
+def _reusable(unit: UnitRun, state: Stores, experiment: str, identity: str) -> tuple[Trajectory | None, str]:
     """A stored rollout with this identity: the experiment's own, else one of the experiments it forks.
 
     Identity covers everything that determines a rollout, so a match is the
@@ -114,7 +120,7 @@ def _reusable(
         try:
             trajectory = state.trials.cached_rollout(owner, identity)
         except CorruptArtifactError as err:
-            context.log.warning(f"cached rollout {err.path} is damaged; quarantined, not reused")
+            unit.log.warning(f"cached rollout {err.path} is damaged; quarantined, not reused")
             state.artifacts.quarantine(err.path)
             continue
         if trajectory is not None:
@@ -123,7 +129,7 @@ def _reusable(
 
 
 def _generate(
-    context: dg.AssetExecutionContext,
+    unit: UnitRun,
     state: Stores,
     world_store: WorldStoreResource,
     config: ExperimentConfig,
@@ -161,7 +167,7 @@ def _generate(
     except Exception as err:  # any sandbox failure is this trial's, never the step's
         state.attempts.finish_generation(attempt_id, "failed", str(err))
         if attempt < config.generate_retries:
-            context.log.warning(f"{spec.trial_id} attempt {attempt} failed: {err}; retrying")
+            unit.log.warning(f"{spec.trial_id} attempt {attempt} failed: {err}; retrying")
             raise dg.RetryRequested(max_retries=config.generate_retries) from err
         state.attempts.record_trial_failure(config.name, spec.trial_id, "generate", str(err))
         raise dg.Failure(

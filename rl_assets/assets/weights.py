@@ -176,7 +176,7 @@ def weights(
     findings = []
     for experiment, steps in sorted(chains.items()):
         config = state.experiments.get(experiment)
-        scored = config.scored_with(run_rubric(context, state, config).name)
+        scored = config.scored_with(run_rubric(context.run.tags, state, config).name)
         if len(steps) > 1:
             context.log.info(f"retraining {experiment} under {scored.rubric} in step order: {sorted(steps)}")
         for step in sorted(steps):

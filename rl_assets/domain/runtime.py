@@ -92,8 +92,18 @@ class ExecutionSettings(BaseModel):
         ge=1,
         le=MAX_CONCURRENT_TRIALS,
         description=(
-            f"Trial runs of the experiment the driver keeps in flight at once (1 to {MAX_CONCURRENT_TRIALS}); "
-            "the run queue and the pools bound what runs across experiments."
+            f"Trials of the experiment the driver keeps in flight at once (1 to {MAX_CONCURRENT_TRIALS}), "
+            "each waiting on its model and tools in a thread of a rollout run's worker."
+        ),
+    )
+    trials_per_run: int = Field(
+        MAX_CONCURRENT_TRIALS,
+        ge=1,
+        le=MAX_CONCURRENT_TRIALS,
+        description=(
+            f"Trials of one step the driver puts in one rollout run (1 to {MAX_CONCURRENT_TRIALS}), each with its "
+            "own sandbox, records and retries; 1: a run and a worker process per trial (always so on Kubernetes, "
+            "a pod per trial)."
         ),
     )
 

@@ -23,9 +23,10 @@ import dagster as dg
 from dagster import DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
 
 from rl_assets.assets.partitions import trial_partition_key
+from rl_assets.assets.rollout_batches import batch_members
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.stores.home_stores import Stores
-from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, RUBRIC_TAG
+from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 
 ACTIVE_STATUSES = {
     DagsterRunStatus.NOT_STARTED,
@@ -182,10 +183,14 @@ def _failures_since_success(records: list[RunRecord], since: datetime | None = N
 
 
 class UnitRuns:
-    """The runs of the units a plan looks at, newest first (as stored), by unit (``rl/partition``).
+    """The runs of the units a plan looks at, newest first, by unit (``rl/partition``).
 
     A plan reads only what can still change: the runs of the open steps (and of worlds not yet built),
-    never the experiment's whole history, so a tick costs the same at a million runs as at ten.
+    never the experiment's whole history, so a tick costs the same at a million runs as at ten. A rollout
+    run (``rollout_job``) is a run of each trial it carries: in flight while it is, and failed for each
+    trial it ended without rewarding (a worker SIGKILLed mid-step). It never refuses a trial's
+    materialization: it fails only after every trial in it ended, and a trial that broke a blocking check
+    in it is failed for good there.
     """
 
     def __init__(self, instance: DagsterInstance, config: ExperimentConfig, rubric: str) -> None:
@@ -193,12 +198,30 @@ class UnitRuns:
         self.config = config
         self.rubric = rubric
         self.by_unit: dict[str, list[RunRecord]] = defaultdict(list)
+        self.batched: set[str] = set()
+        """Run ids of the rollout runs loaded."""
+
+    def _ours(self, record: RunRecord) -> bool:
+        tags = record.dagster_run.tags
+        return tags.get(EXPERIMENT_TAG) == self.config.name and tags.get(RUBRIC_TAG, self.config.rubric) == self.rubric
 
     def load(self, filters: RunsFilter) -> None:
         for record in self.instance.get_run_records(filters=filters):
-            tags = record.dagster_run.tags
-            if tags.get(EXPERIMENT_TAG) == self.config.name and tags.get(RUBRIC_TAG, self.config.rubric) == self.rubric:
-                self.by_unit[tags.get(PARTITION_TAG, "")].append(record)
+            if self._ours(record):
+                self.by_unit[record.dagster_run.tags.get(PARTITION_TAG, "")].append(record)
+
+    def load_batches(self, step_keys: list[str]) -> None:
+        """The rollout runs of these steps (one indexed lookup), as runs of each trial they carry; every unit's
+        runs are kept newest first."""
+        if not step_keys:
+            return
+        for record in self.instance.get_run_records(filters=RunsFilter(tags={ROLLOUT_STEP_TAG: step_keys})):
+            if self._ours(record):
+                self.batched.add(record.dagster_run.run_id)
+                for key in batch_members(record.dagster_run.run_config):
+                    self.by_unit[key].append(record)
+        for records in self.by_unit.values():
+            records.sort(key=lambda r: r.create_timestamp, reverse=True)
 
     def load_units(self, keys: list[str]) -> None:
         """The runs of these units (trial and step partition keys), found by the tag that names a unit: one
@@ -219,7 +242,11 @@ class UnitRuns:
         """The unit's newest run failed: a blocking asset check failed after the materialization was recorded
         (or the worker died after it). Its materialization does not count until a run of the unit succeeds."""
         rs = self.by_unit.get(key, [])
-        return bool(rs) and rs[0].dagster_run.status == DagsterRunStatus.FAILURE
+        return (
+            bool(rs)
+            and rs[0].dagster_run.run_id not in self.batched
+            and rs[0].dagster_run.status == DagsterRunStatus.FAILURE
+        )
 
 
 def _trial_key(config: ExperimentConfig, trial_id: str) -> str:
@@ -302,6 +329,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
 
     trial_keys = {s: {t.trial_id: _trial_key(config, t.trial_id) for t in config.trials(s)} for s in open_steps}
     runs.load_units([key for s in open_steps for key in (config.step_key(s), *trial_keys[s].values())])
+    runs.load_batches([config.step_key(s) for s in open_steps])
     if rescoring:
         rewarded = {
             key

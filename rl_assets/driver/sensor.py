@@ -40,6 +40,7 @@ import os
 import signal
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -49,15 +50,19 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.assets.pools import POOLS
-from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Plan, give_up_on_crashing, plan
-from rl_assets.environment import launch_tags, rescore_experiments
+from rl_assets.assets.rollout_batches import batch_run_config
+from rl_assets.domain.hashing import content_hash
+from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Launch, Plan, give_up_on_crashing, plan
+from rl_assets.environment import current, launch_tags, rescore_experiments
 from rl_assets.home import Home
-from rl_assets.jobs import judge_job, train_job, trial_job, world_job
+from rl_assets.jobs import judge_job, rollout_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import StoresResource
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
 from rl_assets.settings import RESCORE_EXPERIMENTS_ENV
 from rl_assets.stores.home_stores import Stores
-from rl_assets.tags import RUBRIC_TAG
+from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
+
+STEP_DIMENSION_TAG = "dagster/partition/step"
 
 LONG_POLL_S = 4.0
 """How long a tick with nothing to launch waits for a change before it ends: short of the daemon's 5-second turn,
@@ -155,8 +160,9 @@ def run_requests_of(
         for launch in triage.stuck:
             if launch.job in jobs:
                 warn(f"{launch.job} {launch.partition_key} failed {launch.failures} times; not launching it again")
-        room = state.experiments.runtime(p.config.name).execution.max_concurrent_trials
-        room -= sum(s.count("running") for s in p.steps)
+        execution = state.experiments.runtime(p.config.name).execution
+        room = execution.max_concurrent_trials - sum(s.count("running") for s in p.steps)
+        batches: dict[tuple[str, str], list[Launch]] = defaultdict(list)
         for launch in triage.launches:
             if launch.job not in jobs:
                 continue
@@ -164,6 +170,9 @@ def run_requests_of(
                 if room <= 0:
                     continue
                 room -= 1
+                if current() == "local" and execution.trials_per_run > 1:
+                    batches[launch.job, launch.tags[STEP_DIMENSION_TAG]].append(launch)
+                    continue
             if launch.job == "train_job":
                 _ensure_trainer_cluster(Home(state.home))
             # Dagster never launches a run key twice for a sensor; a world's partition is shared by experiments,
@@ -177,7 +186,28 @@ def run_requests_of(
                     tags={**launch.tags, **launch_tags(launch.job, launch.partition_key, world_store)},
                 )
             )
+        for (job, step_key), members in batches.items():
+            for start in range(0, len(members), execution.trials_per_run):
+                requests.append(_rollout_request(p, job, step_key, members[start : start + execution.trials_per_run]))
     return requests
+
+
+def _rollout_request(p: Plan, job: str, step_key: str, members: list[Launch]) -> dg.RunRequest:
+    """One rollout run for these trials (or judgments, ``judge_job``) of a step.
+
+    Its run key names the trials and each one's generation (its runs so far, rollout runs included), so a
+    second tick asks for the same run, and a trial that a killed run left unfinished goes in a new one.
+    """
+    keys = sorted(m.partition_key for m in members)
+    generations = {m.partition_key: m.generation for m in members}
+    digest = content_hash([[k, generations[k]] for k in keys])[:16]
+    rubric = members[0].tags[RUBRIC_TAG]
+    return dg.RunRequest(
+        run_key=f"{p.config.name}:rollout_job:{step_key}:{digest}:{rubric}",
+        job_name="rollout_job",
+        run_config=batch_run_config(keys, judge_only=job == "judge_job"),
+        tags={EXPERIMENT_TAG: p.config.name, RUBRIC_TAG: rubric, ROLLOUT_STEP_TAG: step_key},
+    )
 
 
 _known_partitions: set[tuple[str, str, str]] = set()
@@ -255,7 +285,7 @@ def _drive(
 
 
 @dg.sensor(
-    jobs=[world_job, trial_job, judge_job],
+    jobs=[world_job, trial_job, judge_job, rollout_job],
     minimum_interval_seconds=1,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(

@@ -37,6 +37,7 @@ import psutil
 from dagster import DagsterInstance, DagsterRun, RunsFilter
 
 from rl_assets.assets.partitions import trial_partition_key
+from rl_assets.assets.rollout_batches import batch_members
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.driver.planner import ACTIVE_STATUSES
 from rl_assets.home import Home
@@ -240,10 +241,11 @@ class Watch:
         return str(trial_partition_key(self.config, int(step.removeprefix("s")), slot))
 
     def run_of_trial(self, trial_id: str) -> DagsterRun | None:
-        """The active run of a trial, once its worker is tagged on it."""
+        """The active run carrying a trial (its own, or a rollout run of its step), once its worker is tagged."""
         key = self.trial_key(trial_id)
         for run in self.active_runs():
-            if run.tags.get(PARTITION_TAG) == key and WORKER_PID_TAG in run.tags:
+            carries = run.tags.get(PARTITION_TAG) == key or key in batch_members(run.run_config)
+            if carries and WORKER_PID_TAG in run.tags:
                 return run
         return None
 

@@ -1,0 +1,220 @@
+"""``rollout_job``: many trials in one run, each in a thread of its worker, each with its own records.
+
+A trial spends nearly all its time waiting: on its model server, on its tools, on the judge. A run and a
+worker process per trial (``trial_job``) pays a Dagster run's events and a Python process for every trial
+that waits; this run carries a step's pending trials together. Each trial still:
+
+- runs exactly the code of the ``trajectories`` and ``rewards`` assets (:func:`trajectory_of`,
+  :func:`reward_of_trial`), in its own sandbox process on its own fork, with its own generation and
+  judging records, cost rows and retries (``generate_retries``, ``judge_retries``);
+- has its partitions materialized, with the same metadata, transcript and asset-check evaluations, the
+  moment it ends: the UI's partition grid fills trial by trial, and each materialization names this run.
+
+So a SIGKILL of the worker loses only the attempts in flight: a trial that ended is materialized, and the
+driver launches only the others again (as the planner counts it, each lost trial's run failed once). The
+run itself has no run retries (its trials are retried by the driver, one by one). A trial that fails for
+good fails the run at its end, after every other trial has ended; a trial whose reward breaks a blocking
+check is failed for good at once (its verdict is in the ledger, so judging it again gives the same).
+
+Judging here is bounded by the ``judge`` pool's limit, as the judge steps of separate runs are.
+"""
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from rl_assets.assets import pools
+from rl_assets.assets.partitions import parse_trial_partition
+from rl_assets.assets.rewards import reward_of_trial
+from rl_assets.assets.trajectories import trajectory_of
+from rl_assets.assets.unit_run import UnitRun
+from rl_assets.resources.judge import JudgeResource
+from rl_assets.resources.stores import StoresResource
+from rl_assets.resources.world_store import WorldStoreResource
+from rl_assets.stores.home_stores import Stores
+
+OP_NAME = "roll_out_trials"
+CODE_VERSIONS = {"trajectories": "trajectory-v1", "rewards": "reward-v1"}
+"""The assets' ``code_version``s, recorded on the materializations this run makes of them."""
+DATA_VERSION_TAG = "dagster/data_version"
+CODE_VERSION_TAG = "dagster/code_version"
+"""The tags Dagster records a materialization's data and code versions under."""
+
+
+class RolloutBatchConfig(dg.Config):
+    trials: list[str]
+    """The trials' partition keys (``exp/s0|p1-n0``), all of one step."""
+    judge_only: bool = False
+    """A re-scoring's judgments: the trials' stored trajectories are judged, nothing is generated."""
+
+
+def batch_run_config(trials: list[str], judge_only: bool) -> dict:
+    return {"ops": {OP_NAME: {"config": {"trials": trials, "judge_only": judge_only}}}}
+
+
+def batch_members(run_config: dict) -> list[str]:
+    """The trial partition keys a rollout run carries, from its run config."""
+    return list(run_config.get("ops", {}).get(OP_NAME, {}).get("config", {}).get("trials", []))
+
+
+@dataclass
+class _Ended:
+    key: str
+    events: list = field(default_factory=list)
+    error: str | None = None
+    """Why the trial did not end with a reward (None when it did, or when it failed for good on a check)."""
+
+
+class _QueueLog:
+    """A trial thread's log: its lines go to the op's thread, the only one that writes to the event log."""
+
+    def __init__(self, out: queue.Queue) -> None:
+        self.out = out
+
+    def info(self, msg: str) -> None:
+        self.out.put(("info", msg))
+
+    def warning(self, msg: str) -> None:
+        self.out.put(("warning", msg))
+
+
+def _attempts(fn: Callable[[UnitRun], dg.MaterializeResult], key: str, log: _QueueLog, tags) -> dg.MaterializeResult:
+    """``fn`` for attempt 0, 1, ... as Dagster retries a step: while it requests a retry and has retries left."""
+    attempt = 0
+    while True:
+        try:
+            return fn(UnitRun(key, attempt, log, tags))
+        except dg.RetryRequested as retry:
+            if attempt >= retry.max_retries:
+                raise
+            attempt += 1
+            time.sleep(retry.seconds_to_wait or 0)
+
+
+def _materialization(asset: str, key: str, result: dg.MaterializeResult) -> dg.AssetMaterialization:
+    tags = {CODE_VERSION_TAG: CODE_VERSIONS[asset]}
+    if result.data_version is not None:
+        tags[DATA_VERSION_TAG] = result.data_version.value
+    return dg.AssetMaterialization(asset, partition=key, metadata=dict(result.metadata or {}), tags=tags)
+
+
+def _evaluations(key: str, result: dg.MaterializeResult) -> list[dg.AssetCheckEvaluation]:
+    return [
+        dg.AssetCheckEvaluation(
+            asset_key=dg.AssetKey("rewards"),
+            check_name=str(c.check_name),
+            passed=bool(c.passed),
+            partition=key,
+            description=c.description,
+            metadata=dict(c.metadata or {}),
+            blocking=True,
+        )
+        for c in result.check_results or []
+    ]
+
+
+def _run_trial(
+    key: str,
+    config: RolloutBatchConfig,
+    state: Stores,
+    world_store: WorldStoreResource,
+    judge: JudgeResource,
+    judging: threading.Semaphore,
+    log: _QueueLog,
+    tags,
+) -> _Ended:
+    """One trial, as ``trial_job`` (or ``judge_job``) runs it: rollout with its retries, then judging with its."""
+    ended = _Ended(key)
+    try:
+        if not config.judge_only:
+            rolled = _attempts(lambda unit: trajectory_of(unit, state, world_store), key, log, tags)
+            ended.events.append(_materialization("trajectories", key, rolled))
+        with judging:
+            judged = _attempts(lambda unit: reward_of_trial(unit, state, judge), key, log, tags)
+    except dg.Failure as err:
+        ended.error = err.description or str(err)
+        return ended
+    except Exception as err:  # a trial's unexpected error is that trial's: the others go on
+        ended.error = f"{type(err).__name__}: {err}"
+        return ended
+    evaluations = _evaluations(key, judged)
+    ended.events += evaluations
+    broken = [e for e in evaluations if not e.passed]
+    if broken:
+        experiment, step, slot = parse_trial_partition(key)
+        trial_id = state.experiments.get(experiment).trial(step, slot).trial_id
+        detail = "; ".join(f"{e.check_name}: {e.description}" for e in broken)
+        state.attempts.record_trial_failure(experiment, trial_id, "check", f"a blocking check failed: {detail}")
+        log.warning(f"{trial_id}: a blocking check failed ({detail}); failed for good, its step trains without it")
+    else:
+        ended.events.append(_materialization("rewards", key, judged))
+    return ended
+
+
+def _judge_limit(context: dg.OpExecutionContext) -> int | None:
+    """The ``judge`` pool's limit on this instance (None: unlimited or not set)."""
+    try:
+        info = context.instance.event_log_storage.get_concurrency_info(pools.JUDGE)
+    except Exception:  # an instance without concurrency storage: no limit to follow
+        return None
+    return info.slot_count or None
+
+
+@dg.op(
+    name=OP_NAME,
+    pool=pools.ROLLOUT,
+    description="A step's trials in one worker, each in a thread with its own sandbox, records and retries.",
+)
+def roll_out_trials(
+    context: dg.OpExecutionContext,
+    config: RolloutBatchConfig,
+    stores: StoresResource,
+    world_store: WorldStoreResource,
+    judge: JudgeResource,
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.Output]:
+    state = stores.stores
+    tags = dict(context.run.tags)
+    out: queue.Queue = queue.Queue()
+    log = _QueueLog(out)
+    limit = _judge_limit(context)
+    judging = threading.Semaphore(limit or max(1, len(config.trials)))
+
+    def work(key: str) -> None:
+        try:
+            ended = _run_trial(key, config, state, world_store, judge, judging, log, tags)
+        except BaseException as err:  # never leave the op waiting for a trial that cannot end
+            ended = _Ended(key, error=f"{type(err).__name__}: {err}")
+        out.put(("ended", ended))
+
+    # Daemon threads: a canceled run's worker exits without waiting for them; each sandbox dies with its thread.
+    for key in config.trials:
+        threading.Thread(target=work, args=(key,), name=f"trial {key}", daemon=True).start()
+    context.log.info(f"{len(config.trials)} trials in flight in this worker")
+    failed: list[str] = []
+    ok = 0
+    remaining = len(config.trials)
+    while remaining:
+        kind, item = out.get()
+        if kind == "info":
+            context.log.info(item)
+        elif kind == "warning":
+            context.log.warning(item)
+        else:
+            remaining -= 1
+            yield from item.events
+            if item.error is not None:
+                failed.append(f"{item.key}: {item.error.splitlines()[0] if item.error else ''}")
+            elif any(isinstance(e, dg.AssetMaterialization) and e.asset_key.path == ["rewards"] for e in item.events):
+                ok += 1
+    if failed:
+        raise dg.Failure(
+            f"{len(failed)} of {len(config.trials)} trials did not end with a reward; "
+            f"the driver retries or gives up on each: {'; '.join(failed[:5])}",
+            metadata={"trials": len(config.trials), "rewarded": ok, "failed": len(failed)},
+            allow_retries=False,
+        )
+    yield dg.Output(None, metadata={"trials": len(config.trials), "rewarded": ok})
