@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -123,27 +124,43 @@ def test_sigkill_of_the_whole_train_tree_at_a_seeded_point(home, watch_of, start
     assert_rerun_does_nothing(home, args, result)
 
 
-def test_sigkill_of_a_trial_worker_mid_rollout(home, watch_of, started):
-    """The rollout in flight is lost with its sandbox (no orphan); the driver reaps the run and redoes it once."""
-    config = ExperimentConfig(name="kill-rollout", steps=1, worlds=1, prompts=1, samples=2)
-    args = train_args(config, {"tool_latency": 0.5})
+def test_sigkill_of_a_rollout_worker_loses_only_the_trials_in_flight(home, watch_of, started):
+    """A step's trials share one rollout worker. Killed when some trials have ended and others are mid-rollout,
+    it loses exactly the attempts in flight (their sandboxes die with it): the ended trials are never run again,
+    the lost ones are rolled out once more in a new rollout run, and the result is the oracle's."""
+    config = ExperimentConfig(name="kill-rollout", steps=1, worlds=2, prompts=4, samples=2)
+    args = train_args(config, {"tool_latency": 0.5})  # trials read 1 to 6 documents: they end at different times
     watch = watch_of(config)
     train = started(home, args)
-    worker, run_id, trial_id = wait_for(
-        lambda: target_worker(watch, "trial"), "a rollout with its sandbox up", while_running=train.proc
+
+    def mid_step():
+        target = target_worker(watch, "trial")
+        return target if target is not None and watch.rewarded() else None
+
+    worker, run_id, _ = wait_for(
+        mid_step, "a rollout worker with trials ended and others in flight", while_running=train.proc
     )
     sandboxes = sandboxes_of(worker)
-    assert sandboxes, "the rollout's sandbox is running"
     sigkill([worker])
-    wait_for(lambda: not any(alive(p) for p in sandboxes), "the sandbox to die with its worker (no orphan)")
+    # Read at once: nothing of this run can change any more, and the driver relaunches only after run
+    # monitoring has failed the run.
+    ended = watch.rewarded()
+    lost = sorted(t for t, _ in watch.unfinished("rl_generation_attempts"))
+    wait_for(lambda: not any(alive(p) for p in sandboxes), "the sandboxes to die with their worker (no orphan)")
+    assert ended and lost, (ended, lost)
 
     result = finished(train)
     assert_clean(result, config)
     evidence = Evidence.of(watch)
     assert_nothing_redone(evidence, result)
-    assert evidence.unfinished_generations == 1, "exactly the killed attempt was lost"
-    assert [t for t, _, outcome in watch.generation_attempts() if outcome == "running"] == [trial_id]
-    assert result["counts"]["judge_calls"] == 2 and evidence.claimed_calls == 0
+    assert evidence.unfinished_generations == len(lost), "exactly the attempts in flight were lost"
+    assert sorted(t for t, _, outcome in watch.generation_attempts() if outcome == "running") == lost
+    attempts = Counter(t for t, _, _ in watch.generation_attempts())
+    ended_ids = {watch.trial_id(key) for key in ended}
+    assert all(attempts[t] == 1 for t in ended_ids), "a trial that ended before the kill never ran again"
+    assert all(attempts[t] == 2 for t in lost), "each lost trial was rolled out once more"
+    for asset in ("trajectories", "rewards"):  # not even re-materialized from the rollout cache and verdict ledger
+        assert {key: watch.materializations(asset, key) for key in ended} == dict.fromkeys(ended, 1), asset
     assert_reaped(watch, [run_id])
     assert_rerun_does_nothing(home, args, result)
 

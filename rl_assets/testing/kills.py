@@ -219,6 +219,13 @@ class Watch:
         keys = self.instance.get_materialized_partitions(dg.AssetKey("rewards"))
         return {k for k in keys if k.startswith(f"{self.config.name}/")}
 
+    def materializations(self, asset: str, key: str) -> int:
+        """How many times the asset's partition ``key`` was materialized."""
+        records = self.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[key]), limit=100
+        ).records
+        return len(records)
+
     def progress(self) -> int:
         """A monotone count of durable events: rollout attempts, judge calls, rewards, trained steps."""
         counts = self._rows(
@@ -239,6 +246,11 @@ class Watch:
     def trial_key(self, trial_id: str) -> str:
         step, slot = trial_id.split("-", 1)
         return str(trial_partition_key(self.config, int(step.removeprefix("s")), slot))
+
+    def trial_id(self, key: str) -> str:
+        """A trial partition key's trial id: ``exp/s0|p1-n0`` -> ``s0-p1-n0``."""
+        step_key, slot = key.split("|")
+        return f"{step_key.rsplit('/', 1)[1]}-{slot}"
 
     def run_of_trial(self, trial_id: str) -> DagsterRun | None:
         """The active run carrying a trial (its own, or a rollout run of its step), once its worker is tagged."""

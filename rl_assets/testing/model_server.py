@@ -18,6 +18,7 @@ keeps it so), so a client bug cannot hide behind shared code. The script (JSON):
                 "turns": [{"tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]},
                           {"content": "Done."}]}],
      "judge": [{"match": "greeting.txt", "answer": "{\\"score\\": 1}"}],   # a substring of the prompt
+     "answer_delay_s": 0.0,                         # every answer waits this long (a model's time)
      "faults": {"rate_limited": 2, "retry_after_s": 0.05, "server_errors": 1, "dropped": 1,
                 "slow": 1, "slow_s": 2.0}}
 
@@ -92,6 +93,8 @@ class Server:
         self.policy_model: str = script.get("policy_model", "policy")
         self.judge_model: str = script.get("judge_model", "judge")
         self.faults: dict[str, Any] = script.get("faults", {})
+        self.answer_delay_s = float(script.get("answer_delay_s", 0.0))
+        """Every answer waits this long first: a model's generation time, for latency-bound benchmarks."""
         self.lock = threading.Lock()
         self.attempts: Counter[str] = Counter()
         self.answered: Counter[str] = Counter()
@@ -270,6 +273,8 @@ class Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             self._send(*_error(400, "the body is not JSON", "BadRequestError"))
             return
+        if state.answer_delay_s:
+            time.sleep(state.answer_delay_s)  # the model's generation time itself
         status, answer, headers = state.complete(request)
         if status == 200 and fault is None:  # a slow answer is counted as a fault: its client may be gone
             state.count_answer(request["model"])
@@ -281,6 +286,8 @@ class Handler(BaseHTTPRequestHandler):
 
 class ModelHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024
+    """Hundreds of trials connect at once in a latency benchmark; a short backlog would drop their connects."""
 
     def __init__(self, port: int, state: Server) -> None:
         super().__init__(("127.0.0.1", port), Handler)

@@ -1,0 +1,234 @@
+"""Latency-bound trials at concurrency equal to their count: this checkout against an earlier commit, same run.
+
+``python benchmarks/latency_bound.py --base COMMIT [--trials 64 256 1024] [--latency 2] [--workloads reference tasks]
+[--base-up-to 256] [--json]``
+
+Every trial waits: the reference workload's on ``--tool-latency`` per document read, the task workload's on the
+stand-in model server, which answers every call after ``--latency`` seconds (its ``answer_delay_s``). For each
+trial count N, each version trains one step of N trials with ``--max-concurrent-trials N`` on its own warm home
+(worlds built, services up), versions alternating, and reports:
+
+- ``wall_s``: the ``train`` command; ``rollout_s``: from the step's first rollout attempt to its last trial's
+  judgment (the ledgers' timestamps);
+- ``ideal_s``: the slowest trial's waiting alone (its turns or model calls times the latency), and
+  ``x_ideal``: ``rollout_s / ideal_s``;
+- ``pss_mb_per_trial``: the peak proportional set size of the home's processes while the step rolls out, less
+  theirs before it (daemon and code server idle; Postgres and Ray excluded), over N;
+- ``cpu_s_per_trial``: the machine's CPU seconds during the ``train`` command, over N.
+
+``--base-up-to`` skips the earlier commit above that N (it runs a Dagster run per trial, 16 at a time: 1024
+trials take it many minutes). The earlier code is exported with ``benchmarks/versus.py``'s helpers; both homes
+are stopped and removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from versus import REPO, Version, export, imported_from, log  # noqa: E402
+
+SERVICES = ("postgres", "raylet", "gcs_server", "ray::", "ray/", "dashboard", "log_monitor", "monitor.py")
+
+LEDGER_QUERY = """
+import json, sys
+from pathlib import Path
+from rl_assets.home import Home
+from rl_assets.services.local_deployment import LocalDeployment
+from rl_assets.stores.database import Database
+from rl_assets.stores.home_stores import Stores
+home, experiment, kind = Home(Path(sys.argv[1])), sys.argv[2], sys.argv[4]
+latency = float(sys.argv[3])
+LocalDeployment(home).up(with_ray=False)
+stores = Stores(home.root, Database.from_env())
+with stores.db.transaction() as cur:
+    cur.execute("SELECT extract(epoch FROM min(started_at)) FROM rl_generation_attempts WHERE experiment = %s",
+                (experiment,))
+    first = cur.fetchone()[0]
+    cur.execute("SELECT extract(epoch FROM greatest((SELECT max(started_at) FROM rl_judge_attempts WHERE "
+                "experiment = %s), (SELECT max(finished_at) FROM rl_generation_attempts WHERE experiment = %s)))",
+                (experiment, experiment))
+    last = cur.fetchone()[0]
+config = stores.experiments.get(experiment)
+waits = []
+for spec in config.trials(0):
+    t = stores.trials.trajectory(experiment, 0, spec.trial_id.split("-", 1)[1])
+    waits.append(t.transcript.policy_calls if kind == "tasks" else len(t.turns))
+print(json.dumps({"trials": len(waits), "rollout_s": float(last) - float(first), "ideal_s": max(waits) * latency}))
+"""
+
+
+def home_pss_mb(home: Path) -> float:
+    """PSS of the processes working for ``home`` (its environment names it), its Postgres and Ray excluded."""
+    total = 0
+    wanted = f"RL_ASSETS_HOME={home}"
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if any(s in cmd for s in SERVICES):
+                continue
+            if wanted not in "\0".join(f"{k}={v}" for k, v in proc.environ().items()):
+                continue
+            total += proc.memory_full_info().pss
+        except (psutil.Error, OSError):
+            continue
+    return total / 2**20
+
+
+def machine_cpu_s() -> float:
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / 100.0
+
+
+class PeakPss:
+    """Samples the home's PSS every ``every_s`` in a thread; ``peak`` once stopped."""
+
+    def __init__(self, home: Path, every_s: float = 2.0) -> None:
+        self.home, self.every_s, self.peak = home, every_s, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.peak = max(self.peak, home_pss_mb(self.home))
+
+    def __enter__(self) -> PeakPss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def stand_in_server(root: Path, latency: float) -> tuple[subprocess.Popen, str]:
+    """The stand-in model server with the example tasks' answers, each after ``latency`` seconds."""
+    script = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "rl_assets.testing.example_solutions"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    script["answer_delay_s"] = latency
+    path = root / "stand-in.json"
+    path.write_text(json.dumps(script))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rl_assets.testing.model_server", "--port", "0", "--script", str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    port = proc.stdout.readline().strip()
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def train_args(workload: str, n: int, latency: float, experiment: str, policy_url: str) -> list[str]:
+    common = ["train", "--experiment", experiment, "--steps", "1", "--max-concurrent-trials", str(n), "--json"]
+    if workload == "reference":
+        return [*common, "--worlds", "4", "--prompts", str(n // 4), "--samples", "4", "--tool-latency", str(latency)]
+    tasks = REPO / "examples" / "tasks"
+    count = len([p for p in tasks.iterdir() if (p / "task.toml").exists()])
+    return [
+        *common,
+        "--tasks",
+        str(tasks),
+        "--samples",
+        str(n // count),
+        "--policy-url",
+        policy_url,
+        "--policy-model",
+        "policy",
+    ]
+
+
+def measure(v: Version, workload: str, n: int, latency: float, experiment: str, policy_url: str) -> dict[str, Any]:
+    idle = home_pss_mb(v.home)
+    cpu0, t0 = machine_cpu_s(), time.perf_counter()
+    with PeakPss(v.home) as pss:
+        v.cli(*train_args(workload, n, latency, experiment, policy_url))
+    wall, cpu = time.perf_counter() - t0, machine_cpu_s() - cpu0
+    ledgers = json.loads(v.run("-c", LEDGER_QUERY, str(v.home), experiment, str(latency), workload).stdout)
+    trials = ledgers.pop("trials")
+    return {
+        "version": v.name,
+        "workload": workload,
+        "trials": trials,
+        "wall_s": round(wall, 1),
+        **{k: round(x, 1) for k, x in ledgers.items()},
+        "x_ideal": round(ledgers["rollout_s"] / ledgers["ideal_s"], 2),
+        "pss_mb_per_trial": round(max(0.0, pss.peak - idle) / trials, 1),
+        "cpu_s_per_trial": round(cpu / trials, 3),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="the earlier commit to compare with")
+    parser.add_argument("--trials", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--latency", type=float, default=2.0, help="seconds each tool call or model answer waits")
+    parser.add_argument("--workloads", nargs="+", choices=["reference", "tasks"], default=["reference", "tasks"])
+    parser.add_argument("--base-up-to", type=int, default=256, help="largest N the earlier commit is run at")
+    parser.add_argument("--json", action="store_true", help="one JSON object per measurement on stdout")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="rl-assets-latency-", dir="/tmp"))
+    root.chmod(0o755)  # the embedded Postgres runs as its own user when we are root: it must reach the homes
+    (root / "base").mkdir()
+    export(args.base, root / "base")
+    versions = [Version("base", root / "base", root / "home-base"), Version("this", REPO, root / "home-this")]
+    for v in versions:
+        if imported_from(v).resolve() != v.code.resolve():
+            raise SystemExit(f"latency_bound.py: {v.name} imports rl_assets from {imported_from(v)}, not {v.code}")
+    server, url = stand_in_server(root, args.latency)
+    rows = []
+    try:
+        for v in versions:  # warm: services up, worlds built, the forkserver and code server loaded
+            log(f"{v.name}: warming the home")
+            v.cli("train", "--experiment", "warm", "--steps", "1", "--worlds", "4", "--prompts", "4", "--json")
+        for workload in args.workloads:
+            for n in args.trials:
+                for v in versions:
+                    if v.name == "base" and n > args.base_up_to:
+                        continue
+                    row = measure(v, workload, n, args.latency, f"{workload[:3]}{n}", url)
+                    rows.append(row)
+                    log(json.dumps(row))
+                    if args.json:
+                        print(json.dumps(row), flush=True)
+    finally:
+        server.kill()
+        for v in versions:
+            subprocess.run(
+                [sys.executable, "-m", "rl_assets.cli", "stop", "--home", str(v.home)], env=v.env(), capture_output=True
+            )
+        shutil.rmtree(root, ignore_errors=True)
+    if not args.json:
+        head = (
+            "workload",
+            "trials",
+            "version",
+            "wall_s",
+            "rollout_s",
+            "ideal_s",
+            "x_ideal",
+            "pss_mb_per_trial",
+            "cpu_s_per_trial",
+        )
+        print(" | ".join(head))
+        for r in rows:
+            print(" | ".join(str(r[k]) for k in head))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
