@@ -12,9 +12,11 @@ trial count N, each version trains one step of N trials with ``--max-concurrent-
   judgment (the ledgers' timestamps);
 - ``ideal_s``: the slowest trial's waiting alone (its turns or model calls times the latency), and
   ``x_ideal``: ``rollout_s / ideal_s``;
-- ``pss_mb_per_trial``: the peak proportional set size of the home's processes while the step rolls out, less
-  theirs before it (daemon and code server idle; Postgres and Ray excluded), over N;
+- ``pss_mb_per_trial``: the peak proportional set size of the home's processes during the ``train`` command
+  (daemon, code server, run workers and sandboxes; Postgres and Ray excluded), less theirs before it, over N;
 - ``cpu_s_per_trial``: the machine's CPU seconds during the ``train`` command, over N.
+
+A ``train`` that exits non-zero is a row too, with ``failed``: its last line.
 
 ``--base-up-to`` skips the earlier commit above that N (it runs a Dagster run per trial, 16 at a time: 1024
 trials take it many minutes). The earlier code is exported with ``benchmarks/versus.py``'s helpers; both homes
@@ -156,8 +158,19 @@ def measure(v: Version, workload: str, n: int, latency: float, experiment: str, 
     idle = home_pss_mb(v.home)
     cpu0, t0 = machine_cpu_s(), time.perf_counter()
     with PeakPss(v.home) as pss:
-        v.cli(*train_args(workload, n, latency, experiment, policy_url))
+        proc = subprocess.run(
+            [sys.executable, "-m", "rl_assets.cli", *train_args(workload, n, latency, experiment, policy_url)]
+            + ["--home", str(v.home)],
+            env=v.env(),
+            cwd=v.code,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
     wall, cpu = time.perf_counter() - t0, machine_cpu_s() - cpu0
+    if proc.returncode != 0:  # a version that cannot carry N trials is a result too: its reason is the row
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"version": v.name, "workload": workload, "trials": n, "wall_s": round(wall, 1), "failed": last}
     ledgers = json.loads(v.run("-c", LEDGER_QUERY, str(v.home), experiment, str(latency), workload).stdout)
     trials = ledgers.pop("trials")
     return {
@@ -226,7 +239,7 @@ def main() -> int:
         )
         print(" | ".join(head))
         for r in rows:
-            print(" | ".join(str(r[k]) for k in head))
+            print(" | ".join(str(r.get(k, "-")) for k in head) + (f" | failed: {r['failed']}" if "failed" in r else ""))
     return 0
 
 

@@ -159,3 +159,28 @@ def test_worlds_and_fault_draws_agree_with_the_spec_oracle():
             assert faults.trial_flakes(t) == oracle.sandbox_flakes(t, rate)
             assert faults.judge_flakes(t) == oracle.judge_flakes(t, rate)
             assert faults.trial_hangs(t) == oracle.hangs(t, rate)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(name="a", worlds=3, prompts=12, samples=5),
+        dict(name="b", worlds=1, prompts=1, samples=1),
+        dict(
+            name="c",
+            tasks="/t",
+            task_worlds={"fix-it": "t-1", "a-n1": "t-2", "zz": "t-1"},
+            samples=3,
+            policy_url="http://127.0.0.1:1/v1",
+            policy_model="m",
+        ),
+    ],
+)
+def test_a_trial_looked_up_by_its_slot_is_the_spec_the_step_plans(fields):
+    config = ExperimentConfig(**fields)
+    for step in (0, 7):
+        for spec in config.trials(step):
+            assert config.trial(step, spec.trial_id.split("-", 1)[1]) == spec
+    for slot in ("p12-n0", "p0-n5", "p01-n0", "p0-n01", "p-1-n0", "x0-n0", "p0", "nope-n0", "fix-it-n3", ""):
+        with pytest.raises(KeyError, match="is not part of experiment"):
+            config.trial(0, slot)

@@ -176,7 +176,7 @@ def roll_out_trials(
     world_store: WorldStoreResource,
     judge: JudgeResource,
 ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.Output]:
-    state = stores.stores
+    state = stores.stores.pinned()  # the experiment's records read once for all the run's trials
     tags = dict(context.run.tags)
     out: queue.Queue = queue.Queue()
     log = _QueueLog(out)

@@ -297,35 +297,31 @@ class ExperimentConfig(BaseModel):
 
     def trials(self, step: int) -> list[TrialSpec]:
         """The step's trial specs, sorted by trial id (the canonical order)."""
+        count = len(self.task_names) if self.tasks is not None else self.prompts
+        specs = [self._spec(step, p, n) for p in range(count) for n in range(self.samples)]
+        return sorted(specs, key=lambda s: s.trial_id)
+
+    def _spec(self, step: int, p: int, n: int) -> TrialSpec:
+        """Sample ``n`` of prompt (or task) ``p`` of ``step``: the one place a trial's spec is made."""
         if self.tasks is not None:
-            worlds = self._task_worlds()
-            specs = [
-                TrialSpec(
-                    trial_id=f"s{step}-{task}-n{n}",
-                    step=step,
-                    prompt_index=p,
-                    sample_index=n,
-                    world_id=worlds[task],
-                    prompt=task,
-                    max_turns=self.max_turns,
-                )
-                for p, task in enumerate(self.task_names)
-                for n in range(self.samples)
-            ]
-            return sorted(specs, key=lambda s: s.trial_id)
-        specs = [
-            TrialSpec(
-                trial_id=f"s{step}-p{p}-n{n}",
+            task = self.task_names[p]
+            return TrialSpec(
+                trial_id=f"s{step}-{task}-n{n}",
                 step=step,
                 prompt_index=p,
                 sample_index=n,
-                world_id=f"w{p % self.worlds}",
+                world_id=self._task_worlds()[task],
+                prompt=task,
                 max_turns=self.max_turns,
             )
-            for p in range(self.prompts)
-            for n in range(self.samples)
-        ]
-        return sorted(specs, key=lambda s: s.trial_id)
+        return TrialSpec(
+            trial_id=f"s{step}-p{p}-n{n}",
+            step=step,
+            prompt_index=p,
+            sample_index=n,
+            world_id=f"w{p % self.worlds}",
+            max_turns=self.max_turns,
+        )
 
     def scored_with(self, rubric: str) -> ExperimentConfig:
         """The same experiment seen under another rubric: what re-scoring judges and trains with.
@@ -340,12 +336,21 @@ class ExperimentConfig(BaseModel):
         return ExperimentConfig.model_validate({**self.model_dump(), **fields})
 
     def trial(self, step: int, slot: str) -> TrialSpec:
-        """The spec of trial ``slot`` of ``step``; a clear error if it is not planned."""
-        trial_id = f"s{step}-{slot}"
-        for spec in self.trials(step):
-            if spec.trial_id == trial_id:
-                return spec
-        raise KeyError(f"trial {trial_id} is not part of experiment {self.name}")
+        """The spec of trial ``slot`` of ``step``; a clear error if it is not planned.
+
+        Made from the slot alone, not found among the step's specs: a rollout run looks up each of its
+        hundreds of trials."""
+        head, _, sample = slot.rpartition("-n")
+        n = int(sample) if sample.isdigit() and sample == str(int(sample)) else -1
+        if 0 <= n < self.samples:
+            if self.tasks is not None:
+                if head in self.task_names:
+                    return self._spec(step, self.task_names.index(head), n)
+            elif (
+                head[:1] == "p" and head[1:].isdigit() and head == f"p{int(head[1:])}" and int(head[1:]) < self.prompts
+            ):
+                return self._spec(step, int(head[1:]), n)
+        raise KeyError(f"trial s{step}-{slot} is not part of experiment {self.name}")
 
 
 def parse_step_key(step_key: str) -> tuple[str, int]:

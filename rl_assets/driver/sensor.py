@@ -7,7 +7,9 @@ judgments of a re-scoring) and adds the dynamic partitions they need, in the
 same tick; ``training_sensor`` requests the training steps. Their run keys are
 deterministic (experiment, job, partition, generation, rubric), so a second
 tick, or a second daemon, never launches the same unit twice. The rollout
-lane caps each experiment's trials in flight at ``max_concurrent_trials`` and
+lane caps each experiment's trials in flight at ``max_concurrent_trials``,
+launches a step's trials together as rollout runs of up to ``trials_per_run``
+trials each (locally; :mod:`rl_assets.assets.rollout_batches`), and
 gives up on units whose runs keep failing
 (:func:`~rl_assets.driver.planner.give_up_on_crashing`); the training lane
 restarts the home's Ray head before a training run if it died.

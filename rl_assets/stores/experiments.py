@@ -8,6 +8,9 @@ two configs under one name would silently corrupt both results.
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
@@ -84,6 +87,37 @@ class ExperimentStore:
         with self.db.transaction() as cur:
             cur.execute("SELECT name FROM rl_experiments ORDER BY created_at, name")
             return [r[0] for r in cur.fetchall()]
+
+
+class PinnedExperiments(ExperimentStore):
+    """The registry as one run sees it: each experiment's config, runtime and fork chain read once.
+
+    A rollout run's hundreds of trials all ask for their experiment's records; the config and the chain never
+    change, and the runtime a run uses is the one it began with, as a run of one trial reads it once. The
+    trials are threads: a record is read under a lock the first time, and served without one after.
+    """
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self._lock = threading.Lock()
+        self._read: dict[tuple[str, str], Any] = {}
+
+    def _once(self, what: str, name: str, read: Callable[[str], Any]) -> Any:
+        key = (what, name)
+        if key not in self._read:
+            with self._lock:
+                if key not in self._read:
+                    self._read[key] = read(name)
+        return self._read[key]
+
+    def get(self, name: str) -> ExperimentConfig:
+        return self._once("config", name, super().get)
+
+    def runtime(self, name: str) -> Runtime:
+        return self._once("runtime", name, super().runtime)
+
+    def ancestors(self, name: str) -> list[str]:
+        return list(self._once("ancestors", name, super().ancestors))
 
 
 def _describe_conflict(existing: ExperimentConfig, wanted: ExperimentConfig) -> str:

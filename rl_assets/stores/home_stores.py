@@ -14,7 +14,7 @@ from rl_assets.stores.attempts import AttemptLog
 from rl_assets.stores.damage import DamageLog
 from rl_assets.stores.database import Database
 from rl_assets.stores.drives import DriveRequests
-from rl_assets.stores.experiments import ExperimentStore
+from rl_assets.stores.experiments import ExperimentStore, PinnedExperiments
 from rl_assets.stores.model_calls import ModelCallLedger
 from rl_assets.stores.progress import ProgressNotes
 from rl_assets.stores.rubrics import RubricRegistry
@@ -27,9 +27,10 @@ from rl_assets.stores.verdicts import VerdictLedger
 class Stores:
     """Every store of one home, sharing one database (a small connection pool, see :class:`Database`)."""
 
-    def __init__(self, home: Path, db: Database) -> None:
+    def __init__(self, home: Path, db: Database, *, pinned: bool = False) -> None:
         self.home = home
         self.db = db
+        self._pinned = pinned
 
     @cached_property
     def artifacts(self) -> ArtifactStore:
@@ -37,7 +38,11 @@ class Stores:
 
     @cached_property
     def experiments(self) -> ExperimentStore:
-        return ExperimentStore(self.db)
+        return PinnedExperiments(self.db) if self._pinned else ExperimentStore(self.db)
+
+    def pinned(self) -> Stores:
+        """These stores as one run sees them: experiment records read once (:class:`PinnedExperiments`)."""
+        return Stores(self.home, self.db, pinned=True)
 
     @cached_property
     def attempts(self) -> AttemptLog:
