@@ -1,16 +1,16 @@
 """The ``judge`` pool bounds concurrent judge calls across runs, and a killed judge frees its slot.
 
 With the pool set to one slot (as ``dagster instance concurrency set judge 1`` does), three trials judged at
-once are serialized by Dagster: their paid calls never overlap, and the steps that waited say so in the run
-logs. A judging worker SIGKILLed while it holds the slot does not leave the pool blocked: the driver that
-reaps its run frees the slot, and the experiment finishes with the clean result.
+once (threads of one rollout run) are serialized by the pool's slots: their paid calls never overlap, and the
+trials that waited say so in the run's log. A judging worker SIGKILLed while it holds the slot does not leave
+the pool blocked: the driver that reaps its run frees the slot, and the experiment finishes with the clean
+result.
 """
 
 from __future__ import annotations
 
 import json
 
-import dagster as dg
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
@@ -39,11 +39,13 @@ def _call_intervals(stores, experiment: str) -> list[tuple[float, float]]:
 
 
 def _blocked_messages(instance, watch: Watch) -> list[str]:
+    """What the runs logged of judging that waited for the pool (a step's engine event, or a trial's line in a
+    rollout run)."""
     messages = []
     for run in watch.runs():
-        for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
-            if f"blocked by limit for pool {POOL}" in (record.message or ""):
-                messages.append(record.message)
+        for record in instance.all_logs(run.run_id):
+            if f"blocked by limit for pool {POOL}" in (record.user_message or ""):
+                messages.append(record.user_message)
     return messages
 
 

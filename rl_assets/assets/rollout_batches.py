@@ -16,14 +16,18 @@ run itself has no run retries (its trials are retried by the driver, one by one)
 good fails the run at its end, after every other trial has ended; a trial whose reward breaks a blocking
 check is failed for good at once (its verdict is in the ledger, so judging it again gives the same).
 
-Judging here is bounded by the ``judge`` pool's limit, as the judge steps of separate runs are.
+Each trial's judging claims a slot of the ``judge`` pool in the instance's concurrency storage, as a
+judge step of a run of its own does, so ``dagster instance concurrency set judge N`` bounds judge calls
+across every run; a killed worker's slots are freed with its run (``free_slots_after_run_end_seconds``).
 """
 
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import dagster as dg
 
@@ -38,6 +42,9 @@ from rl_assets.resources.world_store import WorldStoreResource
 from rl_assets.stores.home_stores import Stores
 
 OP_NAME = "roll_out_trials"
+POOL_POLL_S = 0.05
+POOL_POLL_MAX_S = 1.0
+"""A trial waiting for a judge slot asks again after this long, doubling up to the most."""
 CODE_VERSIONS = {"trajectories": "trajectory-v1", "rewards": "reward-v1"}
 """The assets' ``code_version``s, recorded on the materializations this run makes of them."""
 DATA_VERSION_TAG = "dagster/data_version"
@@ -117,13 +124,40 @@ def _evaluations(key: str, result: dg.MaterializeResult) -> list[dg.AssetCheckEv
     ]
 
 
+@dataclass(frozen=True)
+class _JudgePool:
+    """The ``judge`` pool's slots, claimed in this run's name for one trial at a time."""
+
+    storage: Any
+    run_id: str
+
+    @contextmanager
+    def slot(self, key: str, log: _QueueLog) -> Iterator[None]:
+        if not self.storage.supports_global_concurrency_limits:
+            yield
+            return
+        step_key = f"rewards[{key}]"
+        wait = POOL_POLL_S
+        status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
+        if not status.is_claimed:
+            log.info(f"judging {key} blocked by limit for pool {pools.JUDGE}; waiting for a slot")
+        try:
+            while not status.is_claimed:
+                time.sleep(wait)  # polling the instance's slot table, as Dagster's own steps do
+                wait = min(POOL_POLL_MAX_S, wait * 2)
+                status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
+            yield
+        finally:
+            self.storage.free_concurrency_slot_for_step(self.run_id, step_key)
+
+
 def _run_trial(
     key: str,
     config: RolloutBatchConfig,
     state: Stores,
     world_store: WorldStoreResource,
     judge: JudgeResource,
-    judging: threading.Semaphore,
+    judging: _JudgePool,
     log: _QueueLog,
     tags,
 ) -> _Ended:
@@ -133,7 +167,7 @@ def _run_trial(
         if not config.judge_only:
             rolled = _attempts(lambda unit: trajectory_of(unit, state, world_store), key, log, tags)
             ended.events.append(_materialization("trajectories", key, rolled))
-        with judging:
+        with judging.slot(key, log):
             judged = _attempts(lambda unit: reward_of_trial(unit, state, judge), key, log, tags)
     except dg.Failure as err:
         ended.error = err.description or str(err)
@@ -155,15 +189,6 @@ def _run_trial(
     return ended
 
 
-def _judge_limit(context: dg.OpExecutionContext) -> int | None:
-    """The ``judge`` pool's limit on this instance (None: unlimited or not set)."""
-    try:
-        info = context.instance.event_log_storage.get_concurrency_info(pools.JUDGE)
-    except Exception:  # an instance without concurrency storage: no limit to follow
-        return None
-    return info.slot_count or None
-
-
 @dg.op(
     name=OP_NAME,
     pool=pools.ROLLOUT,
@@ -180,8 +205,7 @@ def roll_out_trials(
     tags = dict(context.run.tags)
     out: queue.Queue = queue.Queue()
     log = _QueueLog(out)
-    limit = _judge_limit(context)
-    judging = threading.Semaphore(limit or max(1, len(config.trials)))
+    judging = _JudgePool(context.instance.event_log_storage, context.run_id)
 
     def work(key: str) -> None:
         try:

@@ -48,8 +48,9 @@ schedule_storage:
   config:
     postgres_db: *postgres_db
 concurrency:
-  # Every run (the driver sensor's, the launchpad's, a backfill's) waits in the daemon's queue;
-  # the driver sensor also bounds each experiment's trials in flight (--max-concurrent-trials).
+  # Every run (the driver sensor's, the launchpad's, a backfill's) waits in the daemon's queue. The
+  # driver bounds each experiment's trials in flight itself (--max-concurrent-trials, up to 1024), and
+  # locally puts a step's trials in one rollout run (--trials-per-run): this caps runs, not trials.
   runs:
     max_concurrent_runs: 16
     tag_concurrency_limits:
@@ -57,7 +58,8 @@ concurrency:
         value: train
         limit: 4  # training runs at once, across experiments: what the Ray cluster holds
   # Every pool (rollout, judge, train) allows this many steps at once across all runs, unless
-  # set on its own: `dagster instance concurrency set judge 4` bounds concurrent judge calls.
+  # set on its own: `dagster instance concurrency set judge 4` bounds concurrent judge calls (inside a
+  # rollout run too). A rollout run is one step of the rollout pool, however many trials it carries.
   pools:
     default_limit: 16
 run_launcher:

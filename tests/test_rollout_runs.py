@@ -1,0 +1,84 @@
+"""The planner reads a rollout run (``rollout_job``, a step's trials in one run) as a run of each trial it carries.
+
+Runs are created in the home's real Dagster instance as the driver sensor requests them, and their outcomes
+written as Dagster records them (a materialization, a failed run); no daemon launches anything here, so each
+state is exactly the one under test.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import dagster as dg
+
+from rl_assets.assets.partitions import partitions_to_add, trial_partition_key
+from rl_assets.assets.rollout_batches import batch_members, batch_run_config
+from rl_assets.definitions import RECONSTRUCTABLE_JOBS
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.runtime import Runtime
+from rl_assets.driver.planner import give_up_on_crashing, plan
+from rl_assets.home import Home
+from rl_assets.services.daemon import LocalDaemon
+from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
+
+
+def _experiment(home, stores, instance) -> ExperimentConfig:
+    """A one-step experiment of two trials whose worlds count as built, so the plan is about its trials."""
+    LocalDaemon(Home(home)).stop()  # nothing but this test may launch or fail the runs it creates
+    config = ExperimentConfig(name=f"batch-{uuid.uuid4().hex[:8]}", steps=1, worlds=1, prompts=2, samples=1)
+    stores.experiments.create_or_resume(config, Runtime())
+    for name, keys in partitions_to_add(config, 1).items():
+        instance.add_dynamic_partitions(name, [k for k in keys if not instance.has_dynamic_partition(name, k)])
+    instance.report_runless_asset_event(dg.AssetMaterialization("worlds", partition="w0"))
+    return config
+
+
+def _rollout_run(instance, config: ExperimentConfig, keys: list[str]) -> dg.DagsterRun:
+    recon = dg.reconstructable(RECONSTRUCTABLE_JOBS["rollout_job"])
+    job_def = recon.get_definition()
+    tags = {EXPERIMENT_TAG: config.name, RUBRIC_TAG: config.rubric, ROLLOUT_STEP_TAG: config.step_key(0)}
+    return instance.create_run_for_job(
+        job_def=job_def,
+        run_config=batch_run_config(keys, judge_only=False),
+        tags={**job_def.tags, **tags},
+        job_code_origin=recon.get_python_origin(),
+    )
+
+
+def _states(instance, stores, config):
+    p = plan(instance, stores, config)
+    return {t.trial_id: (t.state, t.failures) for t in p.steps[0].trials}, p.launches
+
+
+def test_a_rollout_run_is_a_run_of_each_trial_it_carries(home, stores, instance):
+    config = _experiment(home, stores, instance)
+    keys = [str(trial_partition_key(config, 0, slot)) for slot in ("p0-n0", "p1-n0")]
+    states, launches = _states(instance, stores, config)
+    assert states == {"s0-p0-n0": ("pending", 0), "s0-p1-n0": ("pending", 0)} and len(launches) == 2
+
+    run = _rollout_run(instance, config, keys)
+    assert batch_members(run.run_config) == keys
+    states, launches = _states(instance, stores, config)
+    assert states == {"s0-p0-n0": ("running", 0), "s0-p1-n0": ("running", 0)}, "in flight while the run is"
+    assert launches == [], "nothing is launched twice"
+
+    # The first trial ended with its reward; then the worker died (run monitoring fails the run).
+    instance.report_runless_asset_event(dg.AssetMaterialization("rewards", partition=keys[0]))
+    instance.report_run_failed(run, "the run's worker process died")
+    states, launches = _states(instance, stores, config)
+    assert states["s0-p0-n0"][0] == "ok", "the run's failure does not refuse a trial that ended in it"
+    assert states["s0-p1-n0"] == ("pending", 1), "the unfinished trial lost a run"
+    (again,) = launches
+    assert (again.job, again.partition_key, again.generation, again.failures) == ("trial_job", keys[1], 1, 1)
+
+
+def test_a_trial_is_given_up_after_its_rollout_runs_died_three_times(home, stores, instance):
+    config = _experiment(home, stores, instance)
+    keys = [str(trial_partition_key(config, 0, slot)) for slot in ("p0-n0", "p1-n0")]
+    for _ in range(3):
+        instance.report_run_failed(_rollout_run(instance, config, keys), "the run's worker process died")
+    states, launches = _states(instance, stores, config)
+    assert states == {"s0-p0-n0": ("pending", 3), "s0-p1-n0": ("pending", 3)}
+    assert all(launch.failures == 3 for launch in launches), "the give-up rule sees each trial's failed runs"
+    triage = give_up_on_crashing(stores, plan(instance, stores, config))
+    assert sorted(t.trial_id for t in triage.failed_trials) == ["s0-p0-n0", "s0-p1-n0"] and not triage.launches
