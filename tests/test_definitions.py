@@ -145,6 +145,8 @@ def test_launchpad_injects_faults_and_refuses_a_bad_rate(home, stores, instance)
 
 def test_sensor_plans_deterministic_run_requests_for_an_unstarted_experiment(home, stores, instance):
     """What a driver tick requests for an experiment, computed twice from the same state, is the same."""
+    from rl_assets.assets.partitions import trial_partition_key
+    from rl_assets.assets.rollout_batches import batch_members
     from rl_assets.driver.sensor import ROLLOUT_JOBS, TRAINING_JOBS, partition_requests_of, run_requests_of
 
     config = ExperimentConfig(name="sensed", steps=1, worlds=1, prompts=2, samples=1)
@@ -165,7 +167,10 @@ def test_sensor_plans_deterministic_run_requests_for_an_unstarted_experiment(hom
     assert theirs and not theirs & set(keys), "Dagster launches a run key once: each experiment's keys are its own"
     assert run_requests_of(stores, other_plans, world_store, print, TRAINING_JOBS) == [], "no step to train yet"
     built = instance.get_materialized_partitions(dg.AssetKey("worlds"))
-    assert {r.job_name for r in first} == ({"trial_job"} if "w0" in built else {"world_job"})
+    assert {r.job_name for r in first} == ({"rollout_job"} if "w0" in built else {"world_job"})
+    if "w0" in built:  # the step's two trials in one rollout run
+        (rollout,) = first
+        assert batch_members(rollout.run_config) == [str(trial_partition_key(config, 0, s)) for s in ("p0-n0", "p1-n0")]
     added = {(r.partitions_def_name, k) for r in partitions for k in r.partition_keys}
     if "w0" not in built and not instance.has_dynamic_partition("world", "w0"):
         assert ("world", "w0") in added  # worlds first; the step opens once they are built

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from rl_assets.assets.rollout_batches import batch_members
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import ExecutionSettings, Runtime
 from rl_assets.driver.planner import RESCORING_WINDOW, plan
@@ -95,7 +96,8 @@ def test_a_driver_tick_fetches_the_open_steps_records_not_the_history(long_exper
     requests = run_requests_of(stores, plans, None, lambda _: None, ROLLOUT_JOBS)
     partition_requests_of(counting, plans)
 
-    assert len(requests) == CAP - IN_FLIGHT, "the open step's pending trials, up to the cap in flight"
+    (rollout,) = requests  # the open step's pending trials, in one rollout run
+    assert len(batch_members(rollout.run_config)) == CAP - IN_FLIGHT, "up to the cap in flight"
     # The last trained step's runs and materializations, the open step's, and whatever is in flight in the home:
     # a bound set by a step's size, while the history holds 50 steps of them.
     bound = 3 * (TRIALS_PER_STEP + 1) + 2 * IN_FLIGHT

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+from sqlalchemy.exc import SQLAlchemyError
 
 from rl_assets.assets import pools
 from rl_assets.assets.partitions import parse_trial_partition
@@ -45,11 +46,13 @@ OP_NAME = "roll_out_trials"
 POOL_POLL_S = 0.05
 POOL_POLL_MAX_S = 1.0
 """A trial waiting for a judge slot asks again after this long, doubling up to the most."""
-CODE_VERSIONS = {"trajectories": "trajectory-v1", "rewards": "reward-v1"}
-"""The assets' ``code_version``s, recorded on the materializations this run makes of them."""
 DATA_VERSION_TAG = "dagster/data_version"
+DATA_VERSION_IS_USER_PROVIDED_TAG = "dagster/data_version_is_user_provided"
 CODE_VERSION_TAG = "dagster/code_version"
-"""The tags Dagster records a materialization's data and code versions under."""
+INPUT_DATA_VERSION_TAG = "dagster/input_data_version/"
+INPUT_EVENT_POINTER_TAG = "dagster/input_event_pointer/"
+"""The tags of a materialization's provenance, as Dagster writes them for an asset's own step: what its
+staleness (the UI's "stale" flags, a rubric change making rewards stale and nothing upstream) is read from."""
 
 
 class RolloutBatchConfig(dg.Config):
@@ -102,10 +105,41 @@ def _attempts(fn: Callable[[UnitRun], dg.MaterializeResult], key: str, log: _Que
             time.sleep(retry.seconds_to_wait or 0)
 
 
+class _Provenance:
+    """The provenance tags of a materialization made in this run, as the asset's own step would record them.
+
+    For each parent asset: the storage id of its latest materialization (or observation, for the rubrics
+    source) when the trial's record is made, and that event's data version. A partitioned parent's newer
+    events are what make a partition stale; an unpartitioned one's data version.
+    """
+
+    def __init__(self, context: dg.OpExecutionContext) -> None:
+        self.instance = context.instance
+        graph = context.repository_def.asset_graph
+        self.nodes = {asset: graph.get(dg.AssetKey(asset)) for asset in ("trajectories", "rewards")}
+
+    def tags(self, asset: str, data_version: str | None) -> dict[str, str]:
+        node = self.nodes[asset]
+        parents = sorted(node.parent_keys)
+        records = {r.asset_entry.asset_key: r.asset_entry for r in self.instance.get_asset_records(parents)}
+        tags = {CODE_VERSION_TAG: str(node.code_version)}
+        for parent in parents:
+            entry = records.get(parent)
+            event = entry and (entry.last_materialization_record or entry.last_observation_record)
+            found = event and (event.asset_materialization or event.asset_observation)
+            tags[INPUT_DATA_VERSION_TAG + parent.to_user_string()] = (
+                found.tags.get(DATA_VERSION_TAG, "INITIAL") if found else "INITIAL"
+            )
+            tags[INPUT_EVENT_POINTER_TAG + parent.to_user_string()] = str(event.storage_id) if event else "NULL"
+        if data_version is not None:
+            tags[DATA_VERSION_TAG] = data_version
+            tags[DATA_VERSION_IS_USER_PROVIDED_TAG] = "true"
+        return tags
+
+
 def _materialization(asset: str, key: str, result: dg.MaterializeResult) -> dg.AssetMaterialization:
-    tags = {CODE_VERSION_TAG: CODE_VERSIONS[asset]}
-    if result.data_version is not None:
-        tags[DATA_VERSION_TAG] = result.data_version.value
+    """The asset's materialization of one trial; its provenance tags are added as it is logged."""
+    tags = {} if result.data_version is None else {DATA_VERSION_TAG: result.data_version.value}
     return dg.AssetMaterialization(asset, partition=key, metadata=dict(result.metadata or {}), tags=tags)
 
 
@@ -131,18 +165,34 @@ class _JudgePool:
     storage: Any
     run_id: str
 
+    def _limited(self) -> bool:
+        """Whether the pool has a limit to claim against: a pool with none is given the instance's default
+        limit first, and without a default it is unlimited (Dagster's rules for a step's pool)."""
+        if not self.storage.supports_global_concurrency_limits:
+            return False
+        if pools.JUDGE in {p.name for p in self.storage.get_pool_limits()}:
+            return True
+        if self.storage.get_pool_config().default_pool_limit is None:
+            return False
+        try:
+            self.storage.initialize_concurrency_limit_to_default(pools.JUDGE)
+        except SQLAlchemyError:  # another trial (or process) inserted the row first: it is there
+            if pools.JUDGE not in {p.name for p in self.storage.get_pool_limits()}:
+                raise
+        return True
+
     @contextmanager
     def slot(self, key: str, log: _QueueLog) -> Iterator[None]:
-        if not self.storage.supports_global_concurrency_limits:
+        step_key = f"rewards[{key}]"
+        if not self._limited():
             yield
             return
-        step_key = f"rewards[{key}]"
         wait = POOL_POLL_S
         status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
         if not status.is_claimed:
             log.info(f"judging {key} blocked by limit for pool {pools.JUDGE}; waiting for a slot")
         try:
-            while not status.is_claimed:
+            while not status.is_claimed and self._limited():  # a limit removed meanwhile frees the waiters
                 time.sleep(wait)  # polling the instance's slot table, as Dagster's own steps do
                 wait = min(POOL_POLL_MAX_S, wait * 2)
                 status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
@@ -206,6 +256,7 @@ def roll_out_trials(
     out: queue.Queue = queue.Queue()
     log = _QueueLog(out)
     judging = _JudgePool(context.instance.event_log_storage, context.run_id)
+    provenance = _Provenance(context)
 
     def work(key: str) -> None:
         try:
@@ -229,7 +280,14 @@ def roll_out_trials(
             context.log.warning(item)
         else:
             remaining -= 1
-            yield from item.events
+            for event in item.events:  # in order: a trial's trajectory is an input of its reward
+                if isinstance(event, dg.AssetMaterialization):
+                    asset = event.asset_key.to_user_string()
+                    tags = provenance.tags(asset, (event.tags or {}).get(DATA_VERSION_TAG))
+                    event = dg.AssetMaterialization(
+                        event.asset_key, partition=event.partition, metadata=event.metadata, tags=tags
+                    )
+                yield event
             if item.error is not None:
                 failed.append(f"{item.key}: {item.error.splitlines()[0] if item.error else ''}")
             elif any(isinstance(e, dg.AssetMaterialization) and e.asset_key.path == ["rewards"] for e in item.events):
