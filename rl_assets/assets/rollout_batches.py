@@ -226,7 +226,6 @@ def _run_trial(
         ended.error = f"{type(err).__name__}: {err}"
         return ended
     evaluations = _evaluations(key, judged)
-    ended.events += evaluations
     broken = [e for e in evaluations if not e.passed]
     if broken:
         experiment, step, slot = parse_trial_partition(key)
@@ -236,6 +235,7 @@ def _run_trial(
         log.warning(f"{trial_id}: a blocking check failed ({detail}); failed for good, its step trains without it")
     else:
         ended.events.append(_materialization("rewards", key, judged))
+    ended.events += evaluations  # after the materialization they evaluate, as an asset's own step records them
     return ended
 
 
