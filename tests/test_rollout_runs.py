@@ -13,7 +13,7 @@ import dagster as dg
 
 from rl_assets.assets.partitions import partitions_to_add, trial_partition_key
 from rl_assets.assets.rollout_batches import batch_members, batch_run_config
-from rl_assets.definitions import RECONSTRUCTABLE_JOBS
+from rl_assets.definitions import RECONSTRUCTABLE_JOBS, defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.planner import give_up_on_crashing, plan
@@ -23,13 +23,18 @@ from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 
 
 def _experiment(home, stores, instance) -> ExperimentConfig:
-    """A one-step experiment of two trials whose worlds count as built, so the plan is about its trials."""
+    """A one-step experiment of two trials whose world is built, so the plan is about its trials."""
     LocalDaemon(Home(home)).stop()  # nothing but this test may launch or fail the runs it creates
     config = ExperimentConfig(name=f"batch-{uuid.uuid4().hex[:8]}", steps=1, worlds=1, prompts=2, samples=1)
     stores.experiments.create_or_resume(config, Runtime())
     for name, keys in partitions_to_add(config, 1).items():
         instance.add_dynamic_partitions(name, [k for k in keys if not instance.has_dynamic_partition(name, k)])
-    instance.report_runless_asset_event(dg.AssetMaterialization("worlds", partition="w0"))
+    if "w0" not in instance.get_materialized_partitions(dg.AssetKey("worlds")):
+        # Built for real: the home is shared, and a world's materialization is every experiment's input.
+        world_job = defs.resolve_job_def("world_job")
+        assert world_job.execute_in_process(
+            instance=instance, partition_key="w0", tags={EXPERIMENT_TAG: config.name}
+        ).success
     return config
 
 
