@@ -1,8 +1,8 @@
 """The planner reads a rollout run (``rollout_job``, a step's trials in one run) as a run of each trial it carries.
 
-Runs are created in the home's real Dagster instance as the driver sensor requests them, and their outcomes
-written as Dagster records them (a materialization, a failed run); no daemon launches anything here, so each
-state is exactly the one under test.
+Runs are created in the home's real Dagster instance (not submitted: no daemon queues or launches them), and
+their outcomes written as Dagster records them (a materialization, a failed run), so each state is exactly the
+one under test.
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ from rl_assets.definitions import RECONSTRUCTABLE_JOBS, defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.planner import give_up_on_crashing, plan
-from rl_assets.home import Home
-from rl_assets.services.daemon import LocalDaemon
 from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 
 
 def _experiment(home, stores, instance) -> ExperimentConfig:
     """A one-step experiment of two trials whose world is built, so the plan is about its trials."""
-    LocalDaemon(Home(home)).stop()  # nothing but this test may launch or fail the runs it creates
     config = ExperimentConfig(name=f"batch-{uuid.uuid4().hex[:8]}", steps=1, worlds=1, prompts=2, samples=1)
     stores.experiments.create_or_resume(config, Runtime())
     for name, keys in partitions_to_add(config, 1).items():
