@@ -39,7 +39,7 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from versus import REPO, Version, export, imported_from, log  # noqa: E402
+from versus import REPO, Version, base_and_this, log  # noqa: E402
 
 SERVICES = ("postgres", "raylet", "gcs_server", "ray::", "ray/", "dashboard", "log_monitor", "monitor.py")
 
@@ -195,13 +195,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per measurement on stdout")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="rl-assets-latency-", dir="/tmp"))
-    root.chmod(0o755)  # the embedded Postgres runs as its own user when we are root: it must reach the homes
-    (root / "base").mkdir()
-    export(args.base, root / "base")
-    versions = [Version("base", root / "base", root / "home-base"), Version("this", REPO, root / "home-this")]
-    for v in versions:
-        if imported_from(v).resolve() != v.code.resolve():
-            raise SystemExit(f"latency_bound.py: {v.name} imports rl_assets from {imported_from(v)}, not {v.code}")
+    versions = base_and_this(args.base, root, "latency_bound.py")
     server, url = stand_in_server(root, args.latency)
     rows = []
     try:

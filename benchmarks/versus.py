@@ -84,6 +84,19 @@ class Version:
         return self.run("-m", "rl_assets.cli", *args, "--home", str(self.home))
 
 
+def base_and_this(base: str, root: Path, script: str) -> list[Version]:
+    """The earlier commit exported under ``root`` and this checkout, each with a home there; each checked to
+    import its own code (so a benchmark never compares a version with itself)."""
+    root.chmod(0o755)  # the embedded Postgres runs as its own user when we are root: it must reach the homes
+    (root / "base").mkdir()
+    export(base, root / "base")
+    versions = [Version("base", root / "base", root / "home-base"), Version("this", REPO, root / "home-this")]
+    for v in versions:
+        if imported_from(v).resolve() != v.code.resolve():
+            raise SystemExit(f"{script}: {v.name} imports rl_assets from {imported_from(v)}, not {v.code}")
+    return versions
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -100,13 +113,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="rl-assets-versus-", dir="/tmp"))
-    root.chmod(0o755)  # the embedded Postgres runs as its own user when we are root: it must reach the homes
-    (root / "base").mkdir()
-    export(args.base, root / "base")
-    versions = [Version("base", root / "base", root / "home-base"), Version("this", REPO, root / "home-this")]
-    for v in versions:
-        if imported_from(v).resolve() != v.code.resolve():
-            raise SystemExit(f"versus.py: {v.name} imports rl_assets from {imported_from(v)}, not {v.code}")
+    versions = base_and_this(args.base, root, "versus.py")
     results: dict[str, Any] = {"base": args.base, "reference_s": {}, "trial_s": {}}
     try:
         for v in versions:
