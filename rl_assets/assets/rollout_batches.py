@@ -242,6 +242,7 @@ def _run_trial(
 @dg.op(
     name=OP_NAME,
     pool=pools.ROLLOUT,
+    out=dg.Out(dg.Nothing, description="Nothing to store: the trials' records are in the home's stores."),
     description="A step's trials in one worker, each in a thread with its own sandbox, records and retries.",
 )
 def roll_out_trials(
