@@ -7,14 +7,17 @@ real task sandbox after agent commands, including agents that try to forge the r
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from rl_assets.sandbox.launcher import isolation
 from rl_assets.sandbox.protocol import ForkLayout
-from rl_assets.sandbox.task_trial import task_shell, verify
+from rl_assets.sandbox.task_trial import run_oracle, task_shell, verify
 from rl_assets.tasks.task import Task, load_task
 from rl_assets.tasks.verifier import (
     REWARD_FILE_BYTES,
@@ -201,3 +204,27 @@ def test_a_background_process_cannot_write_the_reward_later(tmp_path, fork):
         assert shell.run(plant, 10).output == "planted\n"
         with pytest.raises(RewardFileMissing):
             verify(shell, task)
+
+
+def test_verifiers_beside_processes_spawned_from_other_threads_are_not_flagged():
+    """A rollout run verifies many trials in one process while other threads spawn sandboxes: a child forked
+    while the verifier's files were being written holds a copy of the write descriptor until its exec, whose
+    close the reward guard would take for a change to its files (``/run/rl-assets/bash was changed``)."""
+    task = load_task(Path(__file__).resolve().parents[1] / "examples" / "tasks" / "create-file")
+    stop = threading.Event()
+
+    def spawn() -> None:
+        while not stop.is_set():
+            subprocess.run(["true"], check=True)
+
+    spawners = [threading.Thread(target=spawn, daemon=True) for _ in range(3)]
+    for thread in spawners:
+        thread.start()
+    try:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            runs = list(pool.map(lambda _: run_oracle(task), range(18)))
+    finally:
+        stop.set()
+        for thread in spawners:
+            thread.join()
+    assert [(r.reward, r.error) for r in runs] == [(1.0, None)] * len(runs)

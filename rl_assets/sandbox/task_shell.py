@@ -294,6 +294,17 @@ def _parents(since: int, last: int) -> dict[int, int]:
     return found
 
 
+def write_in_child(script: str, *args: object, data: bytes = b"") -> None:
+    """Run ``sh -c script`` on ``args`` (``$1``...), ``data`` on its stdin, to write files of a sandbox's phase.
+
+    Files that a guard will watch are written by a child process, never through a descriptor of this one. A
+    rollout run's worker spawns processes from many threads at once; each child holds a copy of every
+    descriptor open at its fork until its exec, and closing a copy of a write descriptor there is an
+    ``IN_CLOSE_WRITE`` on the file, which can come after the guard started watching: a change it must flag.
+    """
+    subprocess.run(["sh", "-c", script, "sh", *map(str, args)], input=data, capture_output=True, check=True)
+
+
 class TaskShell:
     """One attempt's sandbox on its fork: a context manager; :meth:`close` leaves no process and no mount."""
 
@@ -383,7 +394,10 @@ class TaskShell:
             raise TaskSandboxError("the task sandbox's keeper is gone") from None
 
     def _receive(self, wait_s: float) -> dict:
-        if not select.select([self.proc.stdout], [], [], wait_s)[0]:
+        # poll, not select: a rollout run drives hundreds of keepers from one process, past select's 1024 fds
+        ready = select.poll()
+        ready.register(self.proc.stdout, select.POLLIN)
+        if not ready.poll(wait_s * 1000):
             raise TaskSandboxError(f"the task sandbox's keeper did not answer within {wait_s:g}s")
         line = self.proc.stdout.readline(8 * self.output_bytes + 4096)
         try:
@@ -417,10 +431,9 @@ class TaskShell:
         """
         self._dirs += 1
         path = self.base / f"phase-{self._dirs}-{secrets.token_hex(4)}"
-        if copy_of is None:
-            path.mkdir()
-        else:
-            shutil.copytree(copy_of, path, symlinks=True)
+        path.mkdir()
+        if copy_of is not None:  # by a child process: see write_in_child
+            write_in_child('cp -R -P --preserve=mode,timestamps -- "$1/." "$2"', copy_of, path)
         for entry in [path, *path.rglob("*")]:
             mode = entry.lstat().st_mode
             if protected and stat.S_ISDIR(mode):

@@ -78,6 +78,7 @@ from rl_assets.sandbox.task_shell import (
     TaskSandboxUnavailable,
     TaskShell,
     WaitingOpen,
+    write_in_child,
 )
 from rl_assets.tasks.check import OracleRun
 from rl_assets.tasks.task import Task
@@ -262,15 +263,19 @@ def verify(shell: TaskShell, task: Task, answer: str = "", deadline: float | Non
     neutralised = neutralise(shell)
     tests = shell.new_dir(copy_of=task.path / "tests", protected=True)
     agent_logs = shell.new_dir(protected=True)
-    (agent_logs / ANSWER_FILE).write_text(answer, encoding="utf-8")
-    (agent_logs / ANSWER_FILE).chmod(0o644)
     guard_dir = shell.new_dir(protected=True)  # the guard's own: read-only to the sandbox (watched, unprivileged)
     (guard_dir / "reward").mkdir(mode=0o755)
-    (guard_dir / "sitecustomize.py").write_text(IMPORT_GUARD)
+    # Every file the guard watches is written by a child process (see write_in_child), never from here.
+    copy_bash = ' && cp -- /bin/bash "$4"' if shell.privileged else ""
+    write_in_child(
+        'cat > "$1" && printf %s "$2" > "$3"' + copy_bash,
+        *(agent_logs / ANSWER_FILE, IMPORT_GUARD, guard_dir / "sitecustomize.py", guard_dir / "bash"),
+        data=answer.encode("utf-8"),
+    )
+    (agent_logs / ANSWER_FILE).chmod(0o644)
     (guard_dir / "sitecustomize.py").chmod(0o644)
     bash = "/bin/bash"
     if shell.privileged:  # this side can still read a process that its neighbours cannot (see the module's doc)
-        shutil.copy("/bin/bash", guard_dir / "bash")
         (guard_dir / "bash").chmod(0o111)  # runnable, not readable: the shell's process is not dumpable
         bash = VERIFIER_SHELL
     guard_dir.chmod(0o755)
@@ -666,10 +671,12 @@ class RewardGuard:
         fd = fifo.reopen(os.O_WRONLY)
         try:
             data, deadline = memoryview(self.contents[fifo.name] or b""), time.monotonic() + 1.0
+            writable = select.poll()  # not select: a rollout run's worker holds more than select's 1024 fds
+            writable.register(fd, select.POLLOUT)
             while data and time.monotonic() < deadline:
                 with contextlib.suppress(BlockingIOError):
                     data = data[os.write(fd, data) :]
-                select.select([], [fd], [], POLL_S)
+                writable.poll(POLL_S * 1000)
         except BrokenPipeError:
             pass
         finally:
