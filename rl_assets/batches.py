@@ -35,20 +35,21 @@ def step_batch(
 ) -> tuple[list[Reward], list[str]]:
     """``(canonical batch, trial ids left out)`` of a step, given the trials that failed for good.
 
-    A trial that failed for good is absent (``skip``), or takes its prompt group with it (``mask-group``).
+    A trial that failed for good is absent (``skip``), or takes its prompt group with it (``mask-group``),
+    even if it has a reward: one that broke a blocking check (a flagged verifier) is stored, and never trained on.
     """
     present: dict[str, Reward] = {}
     missing = []
     for spec in config.trials(step):
+        if spec.trial_id in failed:
+            missing.append(spec.trial_id)
+            continue
         reward = read(spec, spec.trial_id.split("-", 1)[1])
         if reward is None:
-            if spec.trial_id not in failed:
-                raise UnsettledTrialError(
-                    f"{spec.trial_id} has neither a reward nor a recorded failure; its step cannot train yet"
-                )
-            missing.append(spec.trial_id)
-        else:
-            present[spec.trial_id] = reward
+            raise UnsettledTrialError(
+                f"{spec.trial_id} has neither a reward nor a recorded failure; its step cannot train yet"
+            )
+        present[spec.trial_id] = reward
     if config.failed_trial_policy == "mask-group":
         masked_groups = {t.rsplit("-", 1)[0] for t in missing}
         for trial_id in list(present):
