@@ -16,6 +16,7 @@ import sys
 import time
 import types
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,7 +262,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     _resolve_rubric(home, config.rubric, config=config)  # refused before any service starts (or Dagster loads)
     _check_api_keys(home, config)
     from rl_assets.preflight import for_home
-    from rl_assets.results import experiment_result, format_table
+    from rl_assets.results import experiment_result, failed_steps, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
 
     _preflight(for_home(home, tasks=config.tasks is not None))
@@ -274,7 +275,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     _follow(home, stores, config, audit_all=args.audit)
     _print_result(experiment_result(stores, config, per_trial=True), args.json, format_table)
-    return 0
+    return _all_failed(failed_steps(stores, config))
+
+
+def _all_failed(steps: dict[int, Counter[str]]) -> int:
+    """1, saying why on stderr, if some step trained on no trial at all (every one failed for good); else 0."""
+    for step, reasons in sorted(steps.items()):
+        counted = "; ".join(f"{n} x {reason}" for reason, n in reasons.most_common())
+        print(f"step {step}: every trial failed for good ({counted or 'no trial ran'})", file=sys.stderr)
+    return 1 if steps else 0
 
 
 CALLER_KEYS = (
@@ -542,6 +551,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    from rl_assets.results import UnknownTrialError, trial_view
+
+    _checked(check_experiment_name, args.experiment, "--experiment")
+    stores = _open(Home.resolve(args.home), with_ray=False)
+    config = _existing(stores, args.experiment)
+    try:
+        print(trial_view(stores, config, args.trial))
+    except UnknownTrialError as err:
+        raise UsageError(str(err)) from None
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     _checked(check_experiment_name, args.experiment, "--experiment")
     if args.rubric is not None:
@@ -757,6 +779,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--html", metavar="FILE", help="also write a page with learning curves, checks and evidence")
     report.set_defaults(func=cmd_report)
+
+    show = with_home(sub.add_parser("show", help="one trial: its reward or why it failed, and its transcript"))
+    _add_flag(show, FLAGS["--experiment"], dest="experiment")
+    show.add_argument("trial", metavar="TRIAL", help="the trial's id, e.g. s0-create-file-n0 or s2-p1-n0")
+    show.set_defaults(func=cmd_show)
 
     export = with_home(
         sub.add_parser("export", help="write an experiment's trajectories as another trainer's input (SkyRL)")

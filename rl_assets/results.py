@@ -6,13 +6,15 @@ Reading never changes the home: a damaged record is reported (a
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from rl_assets.batches import recorded_batch
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Policy, StepResult, Trajectory
+from rl_assets.domain.models import Policy, Reward, StepResult, Trajectory
 from rl_assets.domain.task_totals import summed
+from rl_assets.domain.transcript_markdown import transcript_markdown
 from rl_assets.domain.transcripts import Usage
 from rl_assets.home import Home
 from rl_assets.stores.home_stores import Stores
@@ -90,31 +92,100 @@ def _steps(trajectory: Trajectory | None) -> dict[str, Any]:
 
 
 def task_trials(stores: Stores, config: ExperimentConfig) -> list[dict[str, Any]]:
-    """A task experiment's trials of its trained steps, in canonical order: the rewards and what they cost."""
+    """A task experiment's trials of its trained steps, in canonical order: the rewards and what they cost, and
+    each trial that failed for good with its failure's kind (``rollout``, ``judge``, ``check``...) and first line."""
     rows = []
     for applied in stores.training.steps(config.name, config.rubric):
         batch, _ = recorded_batch(stores, config, applied.step)
-        for reward in batch:
-            slot = reward.trial_id.split("-", 1)[1]
-            trajectory = stores.trials.trajectory(config.name, applied.step, slot)
-            usage = trajectory.transcript.usage if trajectory is not None and trajectory.transcript else None
-            rows.append(
-                {
-                    "trial_id": reward.trial_id,
-                    "step": applied.step,
-                    "task": slot.rsplit("-", 1)[0],
-                    "verifier_reward": reward.verifier_reward,
-                    "judge_score": reward.judge_score,
-                    "reward": reward.reward,
-                    "turns": reward.turns,
-                    "policy_prompt_tokens": usage.prompt_tokens if usage else 0,
-                    "policy_completion_tokens": usage.completion_tokens if usage else 0,
-                    "judge_prompt_tokens": reward.judge_usage.prompt_tokens if reward.judge_usage else 0,
-                    "judge_completion_tokens": reward.judge_usage.completion_tokens if reward.judge_usage else 0,
-                    **_steps(trajectory),
-                }
+        step_rows = [_trial_row(stores, config, applied.step, reward) for reward in batch]
+        for trial_id, failure in stores.attempts.failed_trials(config.name, [applied.step]).items():
+            kind, _, error = failure.partition(": ")
+            step_rows.append(
+                {"trial_id": trial_id, "step": applied.step, "task": _task_of(trial_id), "failed": kind}
+                | {"error": first_line(error)}
             )
+        rows += sorted(step_rows, key=lambda r: r["trial_id"])
     return rows
+
+
+def _task_of(trial_id: str) -> str:
+    """``s0-create-file-n1`` -> ``create-file``."""
+    return trial_id.split("-", 1)[1].rsplit("-", 1)[0]
+
+
+def first_line(text: str) -> str:
+    """A failure's first line, as a table shows it."""
+    return (text.strip().splitlines() or [""])[0]
+
+
+def _trial_row(stores: Stores, config: ExperimentConfig, step: int, reward: Reward) -> dict[str, Any]:
+    slot = reward.trial_id.split("-", 1)[1]
+    trajectory = stores.trials.trajectory(config.name, step, slot)
+    usage = trajectory.transcript.usage if trajectory is not None and trajectory.transcript else None
+    return {
+        "trial_id": reward.trial_id,
+        "step": step,
+        "task": _task_of(reward.trial_id),
+        "verifier_reward": reward.verifier_reward,
+        "judge_score": reward.judge_score,
+        "reward": reward.reward,
+        "turns": reward.turns,
+        "policy_prompt_tokens": usage.prompt_tokens if usage else 0,
+        "policy_completion_tokens": usage.completion_tokens if usage else 0,
+        "judge_prompt_tokens": reward.judge_usage.prompt_tokens if reward.judge_usage else 0,
+        "judge_completion_tokens": reward.judge_usage.completion_tokens if reward.judge_usage else 0,
+        **({"unjudged": reward.unjudged} if reward.unjudged is not None else {}),
+        **_steps(trajectory),
+    }
+
+
+class UnknownTrialError(ValueError):
+    """A trial id that names no trial of the experiment."""
+
+
+def trial_view(stores: Stores, config: ExperimentConfig, trial_id: str) -> str:
+    """One trial as ``rl-assets show`` prints it: its outcome (reward, or why it failed) and its transcript."""
+    step_text, _, slot = trial_id.partition("-")
+    step = int(step_text[1:]) if step_text[:1] == "s" and step_text[1:].isdigit() else -1
+    if not 0 <= step < config.steps or slot not in config.trial_slots():
+        raise UnknownTrialError(
+            f"no trial {trial_id!r} in experiment {config.name} (its trials are s<step>-<slot>, e.g. "
+            f"s0-{config.trial_slots()[0]})"
+        )
+    lines = [f"trial {trial_id} of experiment {config.name}"]
+    failure = stores.attempts.failed_trials(config.name, [step]).get(trial_id)
+    if failure is not None:
+        lines.append(f"failed for good: {failure}")
+    reward = stores.trials.reward(config.name, config.rubric, step, slot)
+    if reward is not None:
+        judged = "" if reward.judge_score is None else f", judge {reward.judge_score:g}"
+        verifier = "" if reward.verifier_reward is None else f" (verifier {reward.verifier_reward:g}{judged})"
+        unjudged = "" if reward.unjudged is None else f", unjudged: {reward.unjudged}"
+        lines.append(f"reward {reward.reward:g} under rubric {config.rubric}{verifier}{unjudged}")
+    trajectory = stores.trials.trajectory(config.name, step, slot)
+    lines += ["", transcript_markdown(trajectory) if trajectory is not None else "(no trajectory recorded)"]
+    return "\n".join(lines)
+
+
+def failures(stores: Stores, config: ExperimentConfig) -> list[dict[str, str]]:
+    """Every trial that failed for good, in canonical order: its failure's kind and first line."""
+    failed = stores.attempts.failed_trials(config.name)
+    rows = []
+    for trial_id in sorted(failed):
+        kind, _, error = failed[trial_id].partition(": ")
+        rows.append({"trial_id": trial_id, "kind": kind, "error": first_line(error)})
+    return rows
+
+
+def failed_steps(stores: Stores, config: ExperimentConfig) -> dict[int, Counter[str]]:
+    """Each trained step every trial of which failed for good, and why, counted by kind and first line: what
+    ``train`` exits non-zero for. (A step ``mask-group`` emptied of trials that did not all fail is not one.)"""
+    failed = {}
+    for r in step_results(stores, config):
+        reasons = stores.attempts.failed_trials(config.name, [r.step]).values() if not r.trials_ok else ()
+        if r.trials_planned and len(reasons) == r.trials_planned:
+            failed[r.step] = Counter(first_line(reason) for reason in reasons)
+    return failed
 
 
 def prices(home: Path) -> PriceTable:
@@ -171,6 +242,7 @@ def experiment_result(stores: Stores, config: ExperimentConfig, per_trial: bool 
         ],
         "weights": _weights(stores, policy),
         "counts": stores.attempts.counts(config.name),
+        "failures": failures(stores, config),
     }
     if config.tasks is not None:
         result["tasks"] = task_means(stores, config)
@@ -196,7 +268,18 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append("counts: " + ", ".join(f"{k}={v}" for k, v in result["counts"].items()))
     if "tasks" in result:
         lines += _task_lines(result["tasks"], result["cost"])
-    return "\n".join(lines)
+    return "\n".join(lines + _failure_lines(result["failures"]))
+
+
+FAILURES_SHOWN = 20
+
+
+def _failure_lines(failures: list[dict[str, str]]) -> list[str]:
+    """Each trial that failed for good, with its failure's kind and first line (the first few, then a count)."""
+    lines = [f"failed {f['trial_id']}: {f['kind']}: {f['error']}" for f in failures[:FAILURES_SHOWN]]
+    if len(failures) > FAILURES_SHOWN:
+        lines.append(f"failed ... and {len(failures) - FAILURES_SHOWN} more (--json lists them all)")
+    return lines
 
 
 def _task_lines(tasks: list[dict[str, Any]], cost: dict[str, Any]) -> list[str]:

@@ -115,6 +115,31 @@ def test_the_agent_solves_each_example_task(name: str, tmp_path: Path, served) -
     assert counts(server) == ({"policy": len(SOLUTIONS[name])}, {})
 
 
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_a_server_as_strict_as_llama_cpp_python_is_sent_tool_choice_and_no_null_content(
+    name: str, tmp_path: Path, served
+) -> None:
+    """llama-cpp-python ignores tools without ``tool_choice`` and refuses ``content: null`` with a 500: the
+    stand-in, made as strict, gets both right from the client, and each task is solved as on a lenient server."""
+    server = served({**script(), "strict": {"null_content": True, "tools_need_choice": True}})
+    transcript, client, workdir = solve(name, server, tmp_path)
+
+    CHECKS[name](workdir)
+    assert transcript.policy_calls == len(SOLUTIONS[name]) == client.answered
+    assert server.stats()["fields"]["tool_choice"] == len(SOLUTIONS[name])
+    assert any(m.content is None and m.tool_calls for m in transcript.messages)  # recorded as answered: no text
+
+
+def test_the_endpoints_sampling_settings_and_tool_choice_are_sent(tmp_path: Path, served) -> None:
+    server = served(script())
+    solve("create-file", server, tmp_path, max_tokens=64, temperature=0.0, top_p=0.5, tool_choice="required")
+    fields = server.stats()["fields"]
+    calls = len(SOLUTIONS["create-file"])
+    assert {f: fields.get(f) for f in ("max_tokens", "temperature", "top_p", "tool_choice")} == dict.fromkeys(
+        ("max_tokens", "temperature", "top_p", "tool_choice"), calls
+    )
+
+
 def test_the_transcript_records_messages_usage_token_ids_and_logprobs(tmp_path: Path, served) -> None:
     server = served(script())
     transcript, _, _ = solve("fix-python-function", server, tmp_path)

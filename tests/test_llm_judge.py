@@ -21,11 +21,19 @@ ANSWERS = {
     "case-prose": "The agent did well, I would say 0.9.",
     "case-string-score": '{"score": "high"}',
     "case-no-score": '{"reason": "fine"}',
+    "case-prefixed": 'Verdict: {"score": 0.5, "reason": "half done"} (as asked)',
+    "case-fenced-in-prose": 'I checked the file.\n```json\n{"score": 0.25}\n```\nThat is all.',
+    "case-two-verdicts": 'At first {"score": 1}, but on reflection {"score": 0}.',
+    "case-prose-unless-asked": "The agent did fine.",
 }
+STRUCTURED = {"case-prose-unless-asked": '{"reason": "the file is right", "score": 0.9}'}
 SCRIPT = {
     "policy_model": "policy",
     "judge_model": "judge",
-    "judge": [{"match": f"do {case}.", "answer": answer} for case, answer in ANSWERS.items()],
+    "judge": [
+        {"match": f"do {case}.", "answer": answer, **({"structured": STRUCTURED[case]} if case in STRUCTURED else {})}
+        for case, answer in ANSWERS.items()
+    ],
 }
 
 
@@ -81,9 +89,10 @@ def test_a_fenced_json_answer_is_accepted(judge: LLMJudge) -> None:
     ("case", "problem"),
     [
         ("case-out-of-range", "outside [0, 1]"),
-        ("case-prose", "not a JSON object"),
+        ("case-prose", "holds no JSON verdict"),
         ("case-string-score", "not a number"),
-        ("case-no-score", "not a number: None"),
+        ("case-no-score", "holds no JSON verdict"),
+        ("case-two-verdicts", "holds 2 different verdicts"),
     ],
 )
 def test_an_unusable_answer_is_a_judge_answer_error(judge: LLMJudge, case: str, problem: str) -> None:
@@ -95,7 +104,7 @@ def test_an_unusable_answer_is_a_judge_answer_error(judge: LLMJudge, case: str, 
 
 @pytest.mark.parametrize(
     "text",
-    [None, "", "[0.5]", '{"score": true}', '{"score": NaN}', '{"score": -0.1}', 'Sure! {"score": 0.5}', "```\n{}\n```"],
+    [None, "", "[0.5]", '{"score": true}', '{"score": NaN}', '{"score": -0.1}', "Sure! {score: 0.5}", "```\n{}\n```"],
 )
 def test_parse_score_refuses(text: str | None) -> None:
     with pytest.raises(JudgeAnswerError):
@@ -105,6 +114,47 @@ def test_parse_score_refuses(text: str | None) -> None:
 def test_parse_score_accepts_the_edges_and_an_unlabelled_fence() -> None:
     assert parse_score('{"score": 0}', Usage()) == (0.0, None)
     assert parse_score('  ```\n{"score": 1, "reason": "ok"}\n```  ', Usage()) == (1.0, "ok")
+    assert parse_score('{"score": 1} and again {"score": 1}', Usage()) == (1.0, None)  # the same verdict twice
+
+
+@pytest.mark.parametrize(
+    ("case", "verdict"),
+    [("case-prefixed", (0.5, "half done")), ("case-fenced-in-prose", (0.25, None))],
+)
+def test_a_verdict_after_a_preamble_or_fenced_in_prose_is_read(judge: LLMJudge, case: str, verdict) -> None:
+    result = judge.score(f"Please do {case}.", TRANSCRIPT, reward=None)
+    assert (result.score, result.reason) == verdict
+
+
+def test_the_verdict_is_asked_for_by_schema_and_a_constrained_server_answers_in_it(
+    judge: LLMJudge, server: ServedModel
+) -> None:
+    before = server.stats()["fields"].get("response_format", 0)
+    result = judge.score("Please do case-prose-unless-asked.", TRANSCRIPT, reward=1.0)
+    assert (result.score, result.reason) == (0.9, "the file is right")
+    assert server.stats()["fields"]["response_format"] == before + 1
+
+
+def test_without_structured_output_the_prompt_alone_asks(server: ServedModel) -> None:
+    endpoint = ChatEndpoint(base_url=server.base_url, model="judge", logprobs=False, return_token_ids=False)
+    before = server.stats()["fields"].get("response_format", 0)
+    with ChatClient(endpoint) as client, pytest.raises(JudgeAnswerError, match="holds no JSON verdict"):
+        LLMJudge(client, structured=False).score("Please do case-prose-unless-asked.", TRANSCRIPT, reward=1.0)
+    assert server.stats()["fields"].get("response_format", 0) == before
+
+
+def test_a_server_that_refuses_the_schema_is_asked_by_the_prompt_and_remembered(tmp_path: Path) -> None:
+    script = {**SCRIPT, "strict": {"refused_fields": ["response_format"]}}
+    with ServedModel(script, tmp_path) as refusing:
+        endpoint = ChatEndpoint(base_url=refusing.base_url, model="judge", logprobs=False, return_token_ids=False)
+        with ChatClient(endpoint) as client:
+            judge = LLMJudge(client)
+            assert judge.score("Please do case-valid.", TRANSCRIPT, reward=1.0).score == 0.75
+            assert refusing.stats()["fields"]["response_format"] == 1  # refused (a 400, not answered, not billed)
+            assert client.answered == 1 and refusing.stats()["answered"]["judge"] == 1
+            assert judge.score("Please do case-fenced.", TRANSCRIPT, reward=1.0).score == 1.0
+            assert refusing.stats()["fields"]["response_format"] == 1  # not asked again of this server
+            assert refusing.stats()["fields"]["messages"] == 3
 
 
 def test_the_prompt_holds_the_instruction_the_transcript_and_the_verifier() -> None:

@@ -138,6 +138,7 @@ def test_faults_are_per_request_in_order_then_the_answer(start) -> None:
         "answered": {"policy": 1},
         "faults": {"server_errors": 2, "rate_limited": 2},
         "bearers": [""],
+        "fields": {"model": 1, "messages": 1},  # a request's fields are counted once it is read: faulted ones are not
     }
 
 

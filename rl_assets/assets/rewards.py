@@ -15,7 +15,7 @@ from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
 from rl_assets.assets.unit_run import UnitRun
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import Reward, Trajectory
+from rl_assets.domain.models import MalformedVerdict, Reward, Trajectory
 from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.scoring import reward_of, task_reward
 from rl_assets.domain.transcript_markdown import MESSAGE_CHARS, capped
@@ -31,6 +31,8 @@ from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.workloads.harbor.workload import task_judge
 from rl_assets.workloads.registry import workload_of
 from rl_assets.workloads.seams import Judge
+
+UNJUDGED_CHARS = 500
 
 
 @dg.asset(
@@ -97,13 +99,17 @@ def reward_of_trial(unit: UnitRun, state: Stores, judge: JudgeResource) -> dg.Ma
         if isinstance(err, InjectedJudgeFault):  # the verdict was had; the attempt's record says how
             cache_hit = err.cache_hit
         state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "failed")
-        if attempt < config.judge_retries:
+        retries = _retries(config, state, key, attempt, err)
+        if retries is not None:
             unit.log.warning(f"judging {trial_id} attempt {attempt} failed: {err}; retrying")
-            raise dg.RetryRequested(max_retries=config.judge_retries) from err
+            raise dg.RetryRequested(max_retries=retries) from err
+        failed = f"judging {trial_id} failed on all {attempt + 1} attempts: {err}"
+        if config.judge_failure == "verifier-only" and trajectory.verifier is not None:
+            unit.log.warning(f"{failed}; its verifier's reward stands, unjudged (--judge-failure verifier-only)")
+            reward = task_reward(trajectory, rubric.name, None, unjudged=capped(str(err), UNJUDGED_CHARS))
+            return _recorded(unit, state, config, rubric, step, slot, reward, trajectory)
         state.attempts.record_trial_failure(experiment, trial_id, "judge", str(err))
-        raise dg.Failure(
-            f"judging {trial_id} failed on all {attempt + 1} attempts: {err}", allow_retries=False
-        ) from err
+        raise dg.Failure(failed, allow_retries=False) from err
     state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "ok")
     reward = reward_of(trajectory, verdict) if config.judge is None else task_reward(trajectory, rubric.name, verdict)
     state.trials.save_reward(experiment, rubric.name, step, slot, reward)
@@ -129,6 +135,22 @@ def reward_of_trial(unit: UnitRun, state: Stores, judge: JudgeResource) -> dg.Ma
     )
 
 
+def _retries(config: ExperimentConfig, state: Stores, key: str, attempt: int, err: Exception) -> int | None:
+    """The step's retry budget if judging may be tried again after ``err``, else None.
+
+    Two budgets: a malformed verdict (answered and billed, unusable) is asked again at most
+    ``judge_malformed_retries`` times, counted in the verdict ledger; any other failure (no answer, a
+    timeout, a crash) at most ``judge_retries`` times, counted as the attempts that were not malformed.
+    """
+    malformed_retries = config.judge_malformed_retries or 0
+    malformed = state.verdicts.malformed_calls(key) if config.judge == "llm" else 0
+    if isinstance(err, MalformedVerdict):
+        left = malformed <= malformed_retries
+    else:
+        left = attempt + 1 - malformed <= config.judge_retries
+    return config.judge_retries + malformed_retries if left else None
+
+
 def _verifier_metadata(trajectory: Trajectory) -> dict[str, object]:
     """A task trial's verifier reward and output (capped), beside the judge's verdict."""
     if trajectory.verifier is None:
@@ -149,7 +171,7 @@ def _recorded(
     reward: Reward,
     trajectory: Trajectory,
 ) -> dg.MaterializeResult:
-    """A reward that needed no judge (the verifier alone), recorded like any other."""
+    """A reward of the verifier alone (no judge, or an unjudged one), recorded like any other."""
     state.trials.save_reward(config.name, reward.rubric_name, step, slot, reward)
     state.damage.repaired("trial", unit.partition_key)
     return dg.MaterializeResult(
@@ -157,7 +179,8 @@ def _recorded(
             "trial_id": reward.trial_id,
             "reward": reward.reward,
             "verified": reward.verified,
-            "judge": "none",
+            "judge": "none" if reward.unjudged is None else "unjudged",
+            **({"unjudged": reward.unjudged} if reward.unjudged is not None else {}),
             **_verifier_metadata(trajectory),
             "turns": reward.turns,
             "rubric": reward.rubric_name,

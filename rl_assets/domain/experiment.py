@@ -45,6 +45,10 @@ TASKS_WORKLOAD = "tasks"
 JudgeKind = Literal["none", "llm"]
 TrainerKind = Literal["none", "grpo"]
 PolicyKind = Literal["local"]
+ToolChoice = Literal["auto", "required", "none"]
+StructuredOutput = Literal["auto", "off"]
+JudgeFailure = Literal["fail", "verifier-only"]
+OnOff = Literal["on", "off"]
 LOCAL_POLICY_MODEL = "local"
 """The model name the home's own policy server answers as (``--policy local``)."""
 MAX_GRPO_LR = 0.1
@@ -52,6 +56,17 @@ MAX_GRPO_LR = 0.1
 DEFAULT_CLIP = 0.2
 DEFAULT_MICRO_BATCH = 4
 GRPO_FIELDS = ("model", "clip", "kl_coef", "micro_batch")
+DEPLOYMENT_FIELDS = ("policy_url", "policy_key_name", "judge_url", "judge_key_name")
+"""Where the models are served and which stored key each is presented: deployment, not identity. The model names
+and their sampling settings are identity (another model, other trajectories); a URL or a key is not."""
+POLICY_SAMPLING = ("policy_max_tokens", "policy_temperature", "policy_top_p", "policy_tool_choice", "policy_token_ids")
+JUDGE_SETTINGS = (
+    "judge_max_tokens",
+    "judge_temperature",
+    "judge_structured_output",
+    "judge_malformed_retries",
+    "judge_failure",
+)
 
 
 def _task_field(description: str, **extra: object) -> Any:
@@ -130,6 +145,25 @@ class ExperimentConfig(BaseModel):
         "The name of the API key the agent presents to --policy-url, stored in the home with "
         f"`rl-assets keys set NAME` ({API_KEY_NAME_RULE}); read when each trial starts. Unset: no key."
     )
+    policy_max_tokens: int | None = _task_field(
+        "Most tokens the agent's model may answer per call (1 to 1000000); unset: the server's default.",
+        ge=1,
+        le=1_000_000,
+    )
+    policy_temperature: float | None = _task_field(
+        "The agent's sampling temperature (0 to 2); unset: the server's default.", ge=0, le=2, allow_inf_nan=False
+    )
+    policy_top_p: float | None = _task_field(
+        "The agent's nucleus sampling (0 to 1]; unset: the server's default.", gt=0, le=1, allow_inf_nan=False
+    )
+    policy_tool_choice: ToolChoice | None = _task_field(
+        "The tool_choice sent with the agent's tools: 'auto' (the default) lets the model choose, 'required' "
+        "makes it call one. Sent explicitly, since some servers (llama-cpp-python) drop the tools without it."
+    )
+    policy_token_ids: OnOff | None = _task_field(
+        "'off': ask the policy server for neither logprobs nor vLLM's token ids (hosted APIs may refuse "
+        "them with a 400); 'on' (the default) asks for both."
+    )
     judge: JudgeKind | None = _task_field(
         "Task experiments: 'llm' adds an LLM judge's score to the verifier's reward (the default with "
         "--judge-url); 'none' trains on the verifier alone (the default without)."
@@ -141,6 +175,28 @@ class ExperimentConfig(BaseModel):
     judge_key_name: ApiKeyName | None = _task_field(
         "The name of the API key the judge presents to --judge-url, stored with `rl-assets keys set NAME`; "
         "read at each judge call. Unset: no key."
+    )
+    judge_max_tokens: int | None = _task_field(
+        "Most tokens the judge may answer per call (1 to 1000000); unset: the server's default.", ge=1, le=1_000_000
+    )
+    judge_temperature: float | None = _task_field(
+        "The judge's sampling temperature (0 to 2); unset: the server's default.", ge=0, le=2, allow_inf_nan=False
+    )
+    judge_structured_output: StructuredOutput | None = _task_field(
+        "'auto' (the default): ask the judge for a JSON verdict by schema (OpenAI's response_format, which "
+        "vLLM, SGLang and llama.cpp follow), and ask by the prompt alone where the server refuses it; 'off': "
+        "the prompt alone."
+    )
+    judge_malformed_retries: int | None = _task_field(
+        f"Calls made again after a malformed verdict (the judge answered, and was billed, without a usable "
+        f"score), before the trial's judging fails (0 to {MAX_RETRIES}; default 0). --judge-retries counts "
+        "calls that got no answer.",
+        ge=0,
+        le=MAX_RETRIES,
+    )
+    judge_failure: JudgeFailure | None = _task_field(
+        "What a trial whose judging failed for good becomes: 'fail' (the default) fails it; 'verifier-only' "
+        "rewards it with its verifier's reward alone, marked unjudged."
     )
     trainer: TrainerKind | None = _task_field(
         "'none' keeps the policy fixed: each step is an evaluation pass (the default for tasks); "
@@ -208,6 +264,8 @@ class ExperimentConfig(BaseModel):
             "judge_model",
             "judge_key_name",
             "trainer",
+            *POLICY_SAMPLING,
+            *JUDGE_SETTINGS,
             *GRPO_FIELDS,
         )
         if self.tasks is None:
@@ -224,6 +282,10 @@ class ExperimentConfig(BaseModel):
                 )
             if self.trainer != "grpo":
                 raise ValueError("--policy local serves the model --trainer grpo trains: give --trainer grpo")
+            sampled = ("policy_token_ids", "policy_temperature", "policy_top_p")
+            fixed = [f for f in sampled if getattr(self, f) is not None]
+            if fixed:  # the trainer's importance ratio needs the token ids, sampled as its own policy samples
+                raise ValueError(f"--policy local takes no {', '.join('--' + f.replace('_', '-') for f in fixed)}")
         elif self.policy_url is None or self.policy_model is None:
             raise ValueError("a task experiment needs --policy-url and --policy-model (or --policy local)")
         for field in ("policy_url", "judge_url"):
@@ -232,10 +294,11 @@ class ExperimentConfig(BaseModel):
                 raise ValueError(f"{field} must be the server's base URL (http or https), ending in /v1")
         if self.judge == "llm" and (self.judge_url is None or self.judge_model is None):
             raise ValueError("an LLM judge needs --judge-url and --judge-model (or --judge none)")
-        if self.judge == "none" and (
-            self.judge_url is not None or self.judge_model is not None or self.judge_key_name is not None
-        ):
-            raise ValueError("--judge none takes no --judge-url, --judge-model or --judge-key-name")
+        if self.judge == "none":
+            judge_fields = ("judge_url", "judge_model", "judge_key_name", *JUDGE_SETTINGS)
+            given = [f for f in judge_fields if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"--judge none takes no {', '.join('--' + f.replace('_', '-') for f in given)}")
         return self._grpo_fields_for_grpo()
 
     def _grpo_fields_for_grpo(self) -> ExperimentConfig:
@@ -266,8 +329,14 @@ class ExperimentConfig(BaseModel):
 
     @property
     def config_hash(self) -> str:
-        """Identity of the config; equal hashes mean the same experiment."""
+        """The config as recorded, every field; see :attr:`identity_hash` for what makes it the same experiment."""
         return content_hash(self.model_dump(mode="json"))
+
+    @property
+    def identity_hash(self) -> str:
+        """Identity of the experiment: equal hashes mean the same experiment. Every field but the deployment's
+        (:data:`DEPLOYMENT_FIELDS`), so resuming against a server that moved, or with a renamed key, goes on."""
+        return content_hash(self.model_dump(mode="json", exclude=set(DEPLOYMENT_FIELDS)))
 
     @property
     def task_names(self) -> list[str]:

@@ -117,6 +117,10 @@ def score_range(rubric: AnyRubric) -> tuple[float, float]:
 
 def verdict_finding(reward: Reward, verdicts: Mapping[str, Verdict | None], judged: bool) -> Finding:
     """``verdicts``: every verdict key of the reward's trajectory and rubric, None for one that was modified."""
+    if reward.unjudged is not None:  # --judge-failure verifier-only: the judge gave no verdict, and none is used
+        if reward.verdict_hash or reward.judge_score is not None:
+            return failed(f"{reward.trial_id} is marked unjudged, yet names a verdict ({reward.verdict_hash})")
+        return ok(f"{reward.trial_id}: unjudged ({reward.unjudged}); the verifier's reward alone")
     if not judged:
         if verdicts or reward.verdict_hash:
             return failed(f"{reward.trial_id} was not judged, yet {len(verdicts)} verdict(s) are recorded for it")

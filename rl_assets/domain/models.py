@@ -169,6 +169,19 @@ class Verdict(Record):
     usage: Usage | None = Field(None, exclude_if=lambda v: v is None)
 
 
+class MalformedVerdict(ValueError):
+    """A judge answered (and was billed) but not with a usable verdict: prose, a score out of its scale.
+
+    Distinct from a call that failed (no answer): the verdict ledger records it as ``malformed`` and
+    retries it only as often as the experiment's ``judge_malformed_retries`` allows, since asking a
+    model the same question again tends to get the same kind of answer, at the same price.
+    """
+
+    def __init__(self, message: str, usage: Usage) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
 class Reward(Record):
     """The training signal of one trial: verifier plus judge."""
 
@@ -190,6 +203,9 @@ class Reward(Record):
     """Task trials judged by an LLM: the tokens its verdict was billed (once, whoever asked)."""
     verifier_provenance: str | None = Field(None, exclude_if=lambda v: v is None)
     """Task trials: the verifier outcome's ``provenance``; a reward whose provenance is flagged is never trained on."""
+    unjudged: str | None = Field(None, exclude_if=lambda v: v is None)
+    """Task trials with ``--judge-failure verifier-only`` whose judging failed for good: why. The reward is then
+    the verifier's alone; None for every judged (or never-judged, ``--judge none``) reward."""
 
 
 class StepResult(Record):

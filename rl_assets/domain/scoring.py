@@ -59,8 +59,11 @@ def reward_of(trajectory: Trajectory, verdict: Verdict) -> Reward:
     )
 
 
-def task_reward(trajectory: Trajectory, rubric_name: str, verdict: Verdict | None) -> Reward:
-    """A task trial's reward: the verifier's reward plus the LLM judge's score (the verifier alone without one)."""
+def task_reward(
+    trajectory: Trajectory, rubric_name: str, verdict: Verdict | None, unjudged: str | None = None
+) -> Reward:
+    """A task trial's reward: the verifier's reward plus the LLM judge's score (the verifier alone without one);
+    ``unjudged``: why a judge that was asked gave no verdict (``--judge-failure verifier-only``)."""
     if trajectory.verifier is None:
         raise ValueError(f"{trajectory.trial_id} has no verifier outcome: it is not a task trial")
     verifier_reward = trajectory.verifier.reward
@@ -80,4 +83,5 @@ def task_reward(trajectory: Trajectory, rubric_name: str, verdict: Verdict | Non
         judge_score=judge_score,
         judge_usage=None if verdict is None else verdict.usage,
         verifier_provenance=trajectory.verifier.provenance,
+        unjudged=unjudged,
     )

@@ -33,7 +33,8 @@ class ExperimentStore:
         self.db = db
 
     def create_or_resume(self, config: ExperimentConfig, runtime: Runtime, forked_from: str | None = None) -> bool:
-        """Record ``config``; True if new. Refuses a changed config (or parent); updates the runtime.
+        """Record ``config``; True if new. Refuses a changed identity (or parent); updates the runtime and the
+        deployment's fields (:data:`~rl_assets.domain.experiment.DEPLOYMENT_FIELDS`).
 
         ``forked_from`` names the experiment whose rollouts this one may reuse
         when their identity matches (see the ``trajectories`` asset).
@@ -49,14 +50,15 @@ class ExperimentStore:
                 cur.execute("SELECT config, forked_from FROM rl_experiments WHERE name = %s FOR UPDATE", (config.name,))
                 stored, parent = cur.fetchone()
                 existing = ExperimentConfig.model_validate(stored)
-                if existing.config_hash != config.config_hash:
+                if existing.identity_hash != config.identity_hash:
                     raise ExperimentConflictError(_describe_conflict(existing, config))
                 if parent != forked_from:
                     was = f"a fork of {parent!r}" if parent else "not a fork"
                     raise ExperimentConflictError(f"experiment {config.name!r} already exists and is {was}")
+                # The deployment's fields (a server's URL, a key's name) may have moved: the config takes them.
                 cur.execute(
-                    "UPDATE rl_experiments SET faults = %s WHERE name = %s",
-                    (runtime.model_dump_json(), config.name),
+                    "UPDATE rl_experiments SET faults = %s, config = %s, config_hash = %s WHERE name = %s",
+                    (runtime.model_dump_json(), config.model_dump_json(), config.config_hash, config.name),
                 )
         return created
 
@@ -121,8 +123,11 @@ class PinnedExperiments(ExperimentStore):
 
 
 def _describe_conflict(existing: ExperimentConfig, wanted: ExperimentConfig) -> str:
-    old, new = existing.model_dump(), wanted.model_dump()
-    changes = ", ".join(f"{k}: {json.dumps(old[k])} -> {json.dumps(new[k])}" for k in old if old[k] != new[k])
+    old, new = existing.model_dump(mode="json"), wanted.model_dump(mode="json")  # an unset task field is absent
+    keys = [*old, *(k for k in new if k not in old)]
+    changes = ", ".join(
+        f"{k}: {json.dumps(old.get(k))} -> {json.dumps(new.get(k))}" for k in keys if old.get(k) != new.get(k)
+    )
     return (
         f"experiment {existing.name!r} already exists with a different configuration ({changes}); "
         "use a new --experiment name"

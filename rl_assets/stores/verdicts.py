@@ -21,6 +21,7 @@ stopped waiting):
   answer came after a timeout and was recorded and used all the same;
 - ``timed_out``: its caller gave up and no answer came (or has come yet);
 - ``error``: the call raised after the request was sent (counted as billed);
+- ``malformed``: the judge answered (billed) with no usable verdict (:class:`MalformedVerdict`);
 - ``duplicate``: it answered, but another call's verdict was stored first;
 - ``claimed`` with its key's lock free: the process died during the call.
 
@@ -57,7 +58,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from rl_assets.domain.models import Verdict
+from rl_assets.domain.models import MalformedVerdict, Verdict
 from rl_assets.stores.database import RECONNECT_TIMEOUT_S, TRANSIENT_DB_ERRORS, Database
 from rl_assets.stores.locks import IdleConnections, LockKey, LockSpace, SessionLock, hashed, is_held
 
@@ -65,6 +66,8 @@ ANSWERED = "answered"
 LATE_ANSWER_USED = "timeout, late answer used"
 TIMEOUT = "timeout"
 ERROR = "error"
+MALFORMED = "malformed verdict"
+"""The judge answered, and was billed, but its answer holds no usable verdict."""
 DUPLICATE = "answered, another call's verdict kept"
 DIED = "process died during the call"
 IN_FLIGHT = "in flight"
@@ -96,6 +99,8 @@ def call_outcome(status: str, timed_out: bool, in_flight: bool) -> str:
         return TIMEOUT
     if status == "error":
         return ERROR
+    if status == "malformed":
+        return MALFORMED
     if status == "duplicate":
         return DUPLICATE
     return IN_FLIGHT if in_flight else DIED
@@ -306,12 +311,13 @@ class VerdictLedger:
         """
         if isinstance(outcome, BaseException):
             error = f"{type(outcome).__name__}: {outcome}"[:ERROR_CHARS]
+            status = "malformed" if isinstance(outcome, MalformedVerdict) else "error"
 
             def write_error() -> None:
                 with self.db.transaction() as cur:
                     cur.execute(
-                        "UPDATE rl_judge_calls SET status = 'error', error = %s, finished_at = now() WHERE id = %s",
-                        (error, call_id),
+                        "UPDATE rl_judge_calls SET status = %s, error = %s, finished_at = now() WHERE id = %s",
+                        (status, error, call_id),
                     )
 
             _retrying(write_error)
@@ -333,6 +339,12 @@ class VerdictLedger:
             return body, digest
 
         return _parse(key, *_retrying(write))
+
+    def malformed_calls(self, key: str) -> int:
+        """Calls of ``key`` the judge answered with no usable verdict: what its own retry budget counts."""
+        with self.db.transaction() as cur:
+            cur.execute("SELECT count(*) FROM rl_judge_calls WHERE verdict_key = %s AND status = 'malformed'", (key,))
+            return cur.fetchone()[0]
 
     def billing(self, experiment: str) -> dict[str, Any]:
         """The paid calls of ``experiment``: how many, for how many verdicts, what became of each, why each extra.

@@ -7,8 +7,9 @@ and prints its bound port on the first line of stdout. It serves:
 - ``POST /v1/chat/completions``: non-streaming, with tool calls, ``usage``, and, when asked for,
   ``logprobs`` (``choices[0].logprobs.content``) and vLLM's token ids (``return_token_ids``:
   ``prompt_token_ids`` on the response, ``token_ids`` on the choice);
-- ``GET /stats``: ``{"answered": {model: n}, "faults": {kind: n}, "bearers": [...]}``: answered counts
-  prompt 200s only; ``bearers`` are the distinct API keys sent (test keys only: this is a test server).
+- ``GET /stats``: ``{"answered": {model: n}, "faults": {kind: n}, "bearers": [...], "fields": {name: n}}``:
+  answered counts prompt 200s only; ``bearers`` are the distinct API keys sent (test keys only: this is a
+  test server); ``fields`` counts the top-level fields of the chat requests received (``tool_choice``...).
 
 It is written from the API's shape alone and imports nothing of ``rl_assets`` (an import contract
 keeps it so), so a client bug cannot hide behind shared code. The script (JSON)::
@@ -17,8 +18,12 @@ keeps it so), so a client bug cannot hide behind shared code. The script (JSON):
      "tasks": [{"match": "greeting.txt",            # a substring of the first user message
                 "turns": [{"tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]},
                           {"content": "Done."}]}],
-     "judge": [{"match": "greeting.txt", "answer": "{\\"score\\": 1}"}],   # a substring of the prompt
+     "judge": [{"match": "greeting.txt", "answer": "{\\"score\\": 1}",   # match: a substring of the prompt
+                "structured": "{\\"reason\\": \\"ok\\", \\"score\\": 1}"}],   # optional: when a schema is asked
      "answer_delay_s": 0.0,                         # every answer waits this long (a model's time)
+     "strict": {"refused_fields": ["response_format"],   # a request with one: 400, as a server without it
+                "null_content": true,               # an assistant message with content null: 500, as llama-cpp-python
+                "tools_need_choice": true},         # tools without tool_choice are ignored, as llama-cpp-python
      "faults": {"rate_limited": 2, "retry_after_s": 0.05, "server_errors": 1, "dropped": 1,
                 "slow": 1, "slow_s": 2.0}}
 
@@ -26,7 +31,13 @@ Answers are chosen by content, never by arrival order: a policy request gets tur
 task whose ``match`` is in its first user message, *k* being the number of assistant messages it
 already holds (past the last turn, the last turn again; ``arguments`` given as a string are sent
 verbatim, malformed or not). A request for ``judge_model`` gets the first ``judge`` entry matching its
-user messages. So a retried or re-run request gets the same answer whichever process sends it.
+user messages; its ``structured`` answer instead, if it has one, when the request carries a JSON schema
+``response_format`` (as a server that constrains its output to the schema answers). So a retried or re-run
+request gets the same answer whichever process sends it.
+
+``strict`` makes the server as picky as the real ones rl-assets meets: it refuses fields it does not
+support, refuses ``content: null``, and answers a request whose tools name no ``tool_choice`` as if no
+tools were given (a policy turn's tool calls dropped, its text kept).
 
 Faults are keyed by a hash of the request body: the first ``server_errors`` attempts of each distinct
 request get a 500, the next ``rate_limited`` a 429 with ``Retry-After``, the next ``dropped`` have
@@ -95,6 +106,8 @@ class Server:
         self.faults: dict[str, Any] = script.get("faults", {})
         self.answer_delay_s = float(script.get("answer_delay_s", 0.0))
         """Every answer waits this long first: a model's generation time, for latency-bound benchmarks."""
+        self.strict: dict[str, Any] = script.get("strict", {})
+        self.fields: Counter[str] = Counter()
         self.lock = threading.Lock()
         self.attempts: Counter[str] = Counter()
         self.answered: Counter[str] = Counter()
@@ -117,7 +130,12 @@ class Server:
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
-            return {"answered": dict(self.answered), "faults": dict(self.faulted), "bearers": sorted(self.bearers)}
+            return {
+                "answered": dict(self.answered),
+                "faults": dict(self.faulted),
+                "bearers": sorted(self.bearers),
+                "fields": dict(self.fields),
+            }
 
     def complete(self, request: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         """``(status, body, headers)`` of a chat completion request."""
@@ -127,10 +145,24 @@ class Server:
             return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list", "BadRequestError")
+        with self.lock:
+            self.fields.update(request.keys())
+        refused = [f for f in self.strict.get("refused_fields", []) if f in request]
+        if refused:
+            return _error(400, f"unsupported field(s): {', '.join(refused)}", "BadRequestError")
+        nulls = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("content") is None]
+        if nulls and self.strict.get("null_content"):
+            details = "; ".join(f"messages.{i}.content: Input should be a valid string" for i in nulls)
+            return _error(500, f"{len(nulls)} validation errors: {details}", "InternalServerError")
         unanswered = _unanswered_tool_calls(messages)
         if unanswered:
             return _error(400, f"tool calls without a tool message: {unanswered}", "BadRequestError")
-        turn = self._judge_turn(messages) if model == self.judge_model else self._policy_turn(messages)
+        if model == self.judge_model:
+            turn = self._judge_turn(messages, _wants_schema(request))
+        else:
+            turn = self._policy_turn(messages)
+            if turn is not None and self.strict.get("tools_need_choice") and "tool_choice" not in request:
+                turn = {"content": turn.get("content") or "I would use a tool, but none was offered."}
         if turn is None:
             return _error(400, "the script has no answer for this request", "BadRequestError")
         return 200, self._answer(request, turn, len([m for m in messages if m.get("role") == "assistant"])), {}
@@ -144,11 +176,11 @@ class Server:
                 return turns[min(done, len(turns) - 1)]
         return None
 
-    def _judge_turn(self, messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _judge_turn(self, messages: list[dict[str, Any]], schema: bool) -> dict[str, Any] | None:
         prompt = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "user")
         for entry in self.script.get("judge", []):
             if entry["match"] in prompt:
-                return {"content": entry["answer"]}
+                return {"content": entry.get("structured", entry["answer"]) if schema else entry["answer"]}
         return None
 
     def _answer(self, request: dict[str, Any], turn: dict[str, Any], index: int) -> dict[str, Any]:
@@ -202,6 +234,12 @@ class Server:
     def count_answer(self, model: str) -> None:
         with self.lock:
             self.answered[model] += 1
+
+
+def _wants_schema(request: dict[str, Any]) -> bool:
+    """Whether the request asks for output following a JSON schema (OpenAI's ``response_format``)."""
+    wanted = request.get("response_format")
+    return isinstance(wanted, dict) and wanted.get("type") == "json_schema"
 
 
 def _unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,7 +41,11 @@ class ChatEndpoint(BaseModel):
     timeout_s: float = Field(default=120.0, gt=0, description="Per attempt.")
     max_retries: int = Field(default=4, ge=0)
     temperature: float | None = None
+    top_p: float | None = None
     max_tokens: int | None = Field(default=None, gt=0)
+    tool_choice: Literal["auto", "required", "none"] = "auto"
+    """Sent with every request that offers tools. OpenAI's default when tools are given, but not every server's:
+    llama-cpp-python ignores the tools of a request that does not name a choice."""
     logprobs: bool = True
     """Ask for the sampled tokens' logprobs (reasoning models on hosted APIs refuse this: turn it off)."""
     return_token_ids: bool = True
@@ -102,15 +106,22 @@ class ChatClient:
         tools: Sequence[dict[str, Any]] = (),
         timeout_s: float | None = None,
         seed: int | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> Answer:
         """The model's next message after ``messages``; ``timeout_s`` lowers the per-attempt timeout;
-        ``seed`` asks for reproducible sampling (OpenAI's and vLLM's ``seed``)."""
+        ``seed`` asks for reproducible sampling (OpenAI's and vLLM's ``seed``); ``response_format`` is
+        OpenAI's (a JSON schema the answer must follow, on servers that constrain their output)."""
         e = self.endpoint
         params: dict[str, Any] = {"model": e.model, "messages": [_wire(m) for m in messages]}
         if tools:
             params["tools"] = list(tools)
+            params["tool_choice"] = e.tool_choice
+        if response_format is not None:
+            params["response_format"] = response_format
         if e.temperature is not None:
             params["temperature"] = e.temperature
+        if e.top_p is not None:
+            params["top_p"] = e.top_p
         if e.max_tokens is not None:
             params["max_tokens"] = e.max_tokens
         if e.logprobs:
@@ -156,8 +167,13 @@ def _short(text: str, limit: int = 300) -> str:
 
 
 def _wire(message: Message) -> dict[str, Any]:
-    """A message as the Chat Completions API takes it."""
-    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    """A message as the Chat Completions API takes it.
+
+    An assistant message that only calls tools has no text: it is sent as ``""``, not ``null``. OpenAI
+    takes either, but llama-cpp-python's server (and others validating with a strict schema) refuses
+    ``null`` with a 500, which would fail every trial at its second model call.
+    """
+    wire: dict[str, Any] = {"role": message.role, "content": message.content or ""}
     if message.tool_calls:
         wire["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}

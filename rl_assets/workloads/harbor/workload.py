@@ -105,12 +105,31 @@ def _policy_endpoint(
             base_url=address.base_url,
             model=LOCAL_POLICY_MODEL,
             policy={"experiment": config.name, "version": policy.version},
+            **policy_sampling(config),
         )
         return endpoint, address.api_key, int(content_hash({"trial": spec.trial_id})[:8], 16)
     if config.policy_url is None or config.policy_model is None:
         raise ValueError(f"experiment {config.name} names no policy server")
-    endpoint = ChatEndpoint(base_url=config.policy_url, model=config.policy_model)
+    token_ids = config.policy_token_ids != "off"
+    endpoint = ChatEndpoint(
+        base_url=config.policy_url,
+        model=config.policy_model,
+        logprobs=token_ids,
+        return_token_ids=token_ids,
+        **policy_sampling(config),
+    )
     return endpoint, _named_key(config.policy_key_name, attempt.api_key), None
+
+
+def policy_sampling(config: ExperimentConfig) -> dict[str, object]:
+    """The agent's request settings the experiment sets (``--policy-max-tokens`` ...), as endpoint fields."""
+    settings = {
+        "max_tokens": config.policy_max_tokens,
+        "temperature": config.policy_temperature,
+        "top_p": config.policy_top_p,
+        "tool_choice": config.policy_tool_choice,
+    }
+    return {k: v for k, v in settings.items() if v is not None}
 
 
 def _named_key(name: str | None, read: Callable[[str], str] | None) -> str | None:
@@ -128,6 +147,8 @@ class TaskJudge:
     """
 
     endpoint: ChatEndpoint
+    structured: bool
+    """Ask for the verdict by schema (``--judge-structured-output auto``), by the prompt alone where refused."""
     task_of: Callable[[str], Task]
     """A task world's task (its instruction is what the judge is told the agent was asked)."""
     on_model_call: Callable[[str, Usage], None]
@@ -136,7 +157,11 @@ class TaskJudge:
 
     @property
     def judge_id(self) -> str:
-        return "llm-" + content_hash({"model": self.endpoint.model})
+        """The model, and its sampling settings where the experiment sets them (a verdict sampled otherwise is
+        another verdict); not the server's URL or the output format, which change how it is asked, not who judges."""
+        e = self.endpoint
+        sampling = {k: v for k, v in (("max_tokens", e.max_tokens), ("temperature", e.temperature)) if v is not None}
+        return "llm-" + content_hash({"model": e.model, **({"sampling": sampling} if sampling else {})})
 
     def verdict(self, trajectory: Trajectory, rubric: AnyRubric) -> Verdict:
         if not isinstance(rubric, JudgeRubric):
@@ -146,7 +171,7 @@ class TaskJudge:
         task = self.task_of(trajectory.world_id)
         on_answer = lambda a: self.on_model_call(self.endpoint.model, a.turn.usage)  # noqa: E731
         with ChatClient(self.endpoint, on_answer=on_answer, api_key=self.api_key()) as client:
-            judged = LLMJudge(client, rubric).score(
+            judged = LLMJudge(client, rubric, self.structured).score(
                 task.instruction, trajectory.transcript, trajectory.verifier.reward, trajectory.verifier.output
             )
         return Verdict(
@@ -169,9 +194,18 @@ def task_judge(
     ``--judge-key-name``, read through ``api_key`` at each call, else the environment's (a Kubernetes Secret)."""
     if config.judge_url is None or config.judge_model is None:
         raise ValueError(f"experiment {config.name} names no judge server")
-    endpoint = ChatEndpoint(base_url=config.judge_url, model=config.judge_model, api_key_env=JUDGE_KEY_ENV)
+    endpoint = ChatEndpoint(
+        base_url=config.judge_url,
+        model=config.judge_model,
+        api_key_env=JUDGE_KEY_ENV,
+        logprobs=False,  # a verdict is read, not trained on; reasoning models on hosted APIs refuse logprobs
+        return_token_ids=False,
+        max_tokens=config.judge_max_tokens,
+        temperature=config.judge_temperature,
+    )
     return TaskJudge(
         endpoint,
+        config.judge_structured_output != "off",
         lambda world_id: snapshot_task(tasks_root, world_id),
         on_model_call,
         lambda: _named_key(config.judge_key_name, api_key),
