@@ -150,11 +150,26 @@ def test_a_server_that_refuses_the_schema_is_asked_by_the_prompt_and_remembered(
         with ChatClient(endpoint) as client:
             judge = LLMJudge(client)
             assert judge.score("Please do case-valid.", TRANSCRIPT, reward=1.0).score == 0.75
-            assert refusing.stats()["fields"]["response_format"] == 1  # refused (a 400, not answered, not billed)
+            assert refusing.stats()["fields"]["response_format"] == 2  # both forms refused (400s: not billed)
             assert client.answered == 1 and refusing.stats()["answered"]["judge"] == 1
             assert judge.score("Please do case-fenced.", TRANSCRIPT, reward=1.0).score == 1.0
-            assert refusing.stats()["fields"]["response_format"] == 1  # not asked again of this server
-            assert refusing.stats()["fields"]["messages"] == 3
+            assert refusing.stats()["fields"]["response_format"] == 2  # not asked again of this server
+            assert refusing.stats()["fields"]["messages"] == 4
+
+
+def test_llama_cpp_pythons_own_schema_form_is_used_after_its_500_and_not_retried(tmp_path: Path) -> None:
+    """llama-cpp-python refuses OpenAI's ``json_schema`` with a 500 naming ``response_format``, and takes
+    ``json_object`` with a ``schema``: the refusal is asked once (not four more times), then its form is used."""
+    script = {**SCRIPT, "strict": {"response_formats": ["text", "json_object"]}}
+    with ServedModel(script, tmp_path) as llama:
+        endpoint = ChatEndpoint(base_url=llama.base_url, model="judge", logprobs=False, return_token_ids=False)
+        with ChatClient(endpoint) as client:
+            judge = LLMJudge(client)
+            result = judge.score("Please do case-prose-unless-asked.", TRANSCRIPT, reward=1.0)
+            assert (result.score, result.reason) == (0.9, "the file is right")
+            assert llama.stats()["fields"]["messages"] == 2 and client.answered == 1
+            judge.score("Please do case-prose-unless-asked.", TRANSCRIPT, reward=0.0)
+            assert llama.stats()["fields"]["messages"] == 3  # its form remembered: one request
 
 
 def test_the_prompt_holds_the_instruction_the_transcript_and_the_verifier() -> None:

@@ -22,6 +22,7 @@ keeps it so), so a client bug cannot hide behind shared code. The script (JSON):
                 "structured": "{\\"reason\\": \\"ok\\", \\"score\\": 1}"}],   # optional: when a schema is asked
      "answer_delay_s": 0.0,                         # every answer waits this long (a model's time)
      "strict": {"refused_fields": ["response_format"],   # a request with one: 400, as a server without it
+                "response_formats": ["text", "json_object"],  # any other type: 500, as llama-cpp-python
                 "null_content": true,               # an assistant message with content null: 500, as llama-cpp-python
                 "tools_need_choice": true},         # tools without tool_choice are ignored, as llama-cpp-python
      "faults": {"rate_limited": 2, "retry_after_s": 0.05, "server_errors": 1, "dropped": 1,
@@ -36,8 +37,9 @@ user messages; its ``structured`` answer instead, if it has one, when the reques
 request gets the same answer whichever process sends it.
 
 ``strict`` makes the server as picky as the real ones rl-assets meets: it refuses fields it does not
-support, refuses ``content: null``, and answers a request whose tools name no ``tool_choice`` as if no
-tools were given (a policy turn's tool calls dropped, its text kept).
+support (a 400) and ``response_format`` types it does not know (a 500 naming it), refuses ``content:
+null``, and answers a request whose tools name no ``tool_choice`` as if no tools were given (a policy
+turn's tool calls dropped, its text kept).
 
 Faults are keyed by a hash of the request body: the first ``server_errors`` attempts of each distinct
 request get a 500, the next ``rate_limited`` a 429 with ``Retry-After``, the next ``dropped`` have
@@ -150,6 +152,10 @@ class Server:
         refused = [f for f in self.strict.get("refused_fields", []) if f in request]
         if refused:
             return _error(400, f"unsupported field(s): {', '.join(refused)}", "BadRequestError")
+        formats, wanted = self.strict.get("response_formats"), request.get("response_format")
+        if formats is not None and isinstance(wanted, dict) and wanted.get("type") not in formats:
+            expected = " or ".join(repr(f) for f in formats)
+            return _error(500, f"1 validation error: body.response_format.type: Input should be {expected}", "Error")
         nulls = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("content") is None]
         if nulls and self.strict.get("null_content"):
             details = "; ".join(f"messages.{i}.content: Input should be a valid string" for i in nulls)
@@ -237,9 +243,12 @@ class Server:
 
 
 def _wants_schema(request: dict[str, Any]) -> bool:
-    """Whether the request asks for output following a JSON schema (OpenAI's ``response_format``)."""
+    """Whether the request asks for output following a JSON schema: OpenAI's ``response_format``, or
+    llama-cpp-python's (``json_object`` with a ``schema``)."""
     wanted = request.get("response_format")
-    return isinstance(wanted, dict) and wanted.get("type") == "json_schema"
+    if not isinstance(wanted, dict):
+        return False
+    return wanted.get("type") == "json_schema" or (wanted.get("type") == "json_object" and "schema" in wanted)
 
 
 def _unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[str]:

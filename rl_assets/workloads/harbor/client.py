@@ -107,10 +107,12 @@ class ChatClient:
         timeout_s: float | None = None,
         seed: int | None = None,
         response_format: dict[str, Any] | None = None,
+        retries: int | None = None,
     ) -> Answer:
         """The model's next message after ``messages``; ``timeout_s`` lowers the per-attempt timeout;
         ``seed`` asks for reproducible sampling (OpenAI's and vLLM's ``seed``); ``response_format`` is
-        OpenAI's (a JSON schema the answer must follow, on servers that constrain their output)."""
+        OpenAI's (a JSON schema the answer must follow, on servers that constrain their output); ``retries``
+        replaces the endpoint's ``max_retries`` for this call."""
         e = self.endpoint
         params: dict[str, Any] = {"model": e.model, "messages": [_wire(m) for m in messages]}
         if tools:
@@ -138,7 +140,8 @@ class ChatClient:
         import openai
 
         try:
-            completion = self._client.chat.completions.create(**params, timeout=timeout)
+            client = self._client if retries is None else self._client.with_options(max_retries=retries)
+            completion = client.chat.completions.create(**params, timeout=timeout)
         except openai.APITimeoutError:
             raise ModelCallError(f"{where}: no answer within {timeout:g}s", timed_out=True) from None
         except openai.APIConnectionError as err:

@@ -3,12 +3,12 @@
 It is a plain call (no caching, no retries beyond the client's, no bookkeeping): the verdict ledger
 around it pays for it at most once per (trajectory, rubric, ``judge_id``).
 
-The verdict is asked for in the shape it must have: the request carries OpenAI's ``response_format``
-with a JSON schema (``reason`` then ``score``), which vLLM, SGLang and llama.cpp enforce while
-generating, so even a small model answers with a verdict. A server that refuses the request with the
-field (a 400 or 422) is asked again without it, by the prompt alone; when that is answered, the server
-is remembered as refusing it for the rest of the process. A refused request was not answered, so it is
-not billed.
+The verdict is asked for in the shape it must have: the request carries a ``response_format`` with a
+JSON schema (``reason`` then ``score`` in [0, 1]), which vLLM, SGLang and llama.cpp enforce while
+generating, so even a small model answers with a verdict. OpenAI's form is tried first, then
+llama-cpp-python's (``json_object`` with a ``schema``), then the prompt alone; a server's refusal (a 400
+or 422, or an error naming ``response_format``) moves to the next, and the first form a server takes is
+remembered for the rest of the process. A refused request was not answered, so it is not billed.
 
 The answer must hold one JSON object with a numeric ``score`` in [0, 1] and optionally a string
 ``reason``: the whole answer, a fenced block (```` ```json ... ``` ````), or an object after a
@@ -53,25 +53,28 @@ UNTRUSTED = (
 )
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _FENCE = re.compile(r"```(?:json)?[ \t]*\n(?P<body>.*?)\n[ \t]*```", re.DOTALL | re.IGNORECASE)
-VERDICT_FORMAT: dict[str, Any] = {
-    "type": "json_schema",
-    "json_schema": {
-        "name": "verdict",
-        "strict": True,
-        "schema": {
-            "type": "object",
-            "properties": {"reason": {"type": "string"}, "score": {"type": "number"}},
-            "required": ["reason", "score"],
-            "additionalProperties": False,
-        },
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "reason": {"type": "string", "maxLength": REASON_CHARS},
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
     },
+    "required": ["reason", "score"],
+    "additionalProperties": False,
 }
-"""The verdict's schema, as OpenAI's ``response_format``. ``reason`` comes first, so a server that generates
-the fields in order has the model say why before it scores; the range [0, 1] is checked here, not in the
-schema (strict schemas on some APIs refuse ``minimum``/``maximum``)."""
+"""The verdict's shape. ``reason`` comes first, so a server that generates the fields in order has the model say
+why before it scores; its length and the score's range bound what a constrained server lets the model write.
+Not ``strict``: OpenAI's strict mode refuses ``maxLength`` and ``minimum``, which llama.cpp enforces."""
+VERDICT_FORMATS: tuple[dict[str, Any], ...] = (
+    {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT_SCHEMA}},
+    {"type": "json_object", "schema": VERDICT_SCHEMA},
+)
+"""OpenAI's ``response_format`` (vLLM, SGLang, llama.cpp's server), then llama-cpp-python's, which refuses the first
+with a 500 naming ``response_format``; a server that refuses both is asked by the prompt alone."""
 REFUSAL_STATUSES = frozenset({400, 422})
-_refused: set[tuple[str, str]] = set()
-_refused_lock = threading.Lock()
+_formats: dict[tuple[str, str], int] = {}
+"""Per (server, model): the index in :data:`VERDICT_FORMATS` of the first format it took (its length: none)."""
+_formats_lock = threading.Lock()
 
 
 class JudgeAnswerError(MalformedVerdict):
@@ -227,23 +230,32 @@ class LLMJudge:
         return JudgeScore(score=score, reason=reason, usage=usage)
 
     def _ask(self, messages: list[Message]) -> Answer:
-        """The verdict's request, in the schema's shape unless turned off or refused by this server."""
+        """The verdict's request, in the first output format this server takes (none if turned off or refused).
+
+        A format is tried once without the client's retries: a refusal is not worth five requests. A failure
+        that is not a refusal of the format is asked again the normal way, retries and all.
+        """
         endpoint = self.client.endpoint
         server = (endpoint.base_url, endpoint.model)
-        with _refused_lock:
-            structured = self.structured and server not in _refused
-        if not structured:
-            return self.client.complete(messages)
-        try:
-            return self.client.complete(messages, response_format=VERDICT_FORMAT)
-        except ModelCallError as err:
-            if err.status not in REFUSAL_STATUSES:
-                raise
-            refusal = err
-        try:
-            answer = self.client.complete(messages)
-        except ModelCallError as err:
-            raise ModelCallError(f"{err} (and with response_format: {refusal})", err.status, err.timed_out) from None
-        with _refused_lock:  # the same request without the schema was answered: it was the schema that was refused
-            _refused.add(server)
+        with _formats_lock:
+            first = _formats.get(server, 0) if self.structured else len(VERDICT_FORMATS)
+        for index in range(first, len(VERDICT_FORMATS)):
+            response_format = VERDICT_FORMATS[index]
+            try:
+                answer = self.client.complete(messages, response_format=response_format, retries=0)
+            except ModelCallError as err:
+                if not _refuses_format(err):
+                    return self.client.complete(messages, response_format=response_format)
+                continue
+            with _formats_lock:
+                _formats[server] = index
+            return answer
+        answer = self.client.complete(messages)
+        with _formats_lock:
+            _formats[server] = len(VERDICT_FORMATS)
         return answer
+
+
+def _refuses_format(err: ModelCallError) -> bool:
+    """A server's refusal of the request's ``response_format``: a 400 or 422, or any error status naming it."""
+    return err.status in REFUSAL_STATUSES or (err.status is not None and "response_format" in str(err))
