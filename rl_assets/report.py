@@ -25,6 +25,10 @@ from rl_assets.results import experiment_result, format_table
 from rl_assets.stores.home_stores import Stores
 from rl_assets.worlds import LocalWorlds
 
+JUDGING_FAILURES = ("judge: ", "check: ")
+"""The kinds of failure (``rl_trial_failures.phase``) that happen in judging; the others (``generate``, ``run``) in
+the rollout or its runs."""
+
 
 def evidence(stores: Stores, config: ExperimentConfig, audit: bool = False) -> dict[str, Any]:
     """The experiment's evidence from its ledgers and step summaries (a long history is counted in Postgres, never
@@ -40,12 +44,13 @@ def evidence(stores: Stores, config: ExperimentConfig, audit: bool = False) -> d
         "generate": {
             "succeeded_first_try": generation.succeeded_first_try,
             "retried": [t for t in generation.retried if t not in failed],
-            "failed_for_good": sorted(failed),
+            "failed_for_good": sorted(t for t, why in failed.items() if not why.startswith(JUDGING_FAILURES)),
             "attempts": generation.attempts,
         },
         "judging": {
             "succeeded_first_try": judging.succeeded_first_try,
-            "retried": judging.retried,
+            "retried": [t for t in judging.retried if t not in failed],
+            "failed_for_good": sorted(t for t, why in failed.items() if why.startswith(JUDGING_FAILURES)),
             "attempts": judging.attempts,
         },
         "judge_calls": stores.verdicts.billing(name),
@@ -100,7 +105,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"  generate      succeeded first try {g['succeeded_first_try']}, retried {len(g['retried'])}"
         f" ({', '.join(g['retried']) or '-'}), failed for good {len(g['failed_for_good'])}, attempts {g['attempts']}",
         f"  judging       succeeded first try {j['succeeded_first_try']}, retried {len(j['retried'])}"
-        f" ({', '.join(j['retried']) or '-'}), attempts {j['attempts']}",
+        f" ({', '.join(j['retried']) or '-'}), failed for good {len(j['failed_for_good'])}, attempts {j['attempts']}",
         f"  judge calls   {c['calls']} for {c['verdicts']} verdicts (extra: {c['extra_calls']}"
         + "".join(f"; {cause}: {n}" for cause, n in c["extra_call_causes"].items())
         + ")",
