@@ -140,6 +140,53 @@ def test_the_endpoints_sampling_settings_and_tool_choice_are_sent(tmp_path: Path
     )
 
 
+GREETING = "printf 'Hello, Harbor!\\nTasks are directories.\\n' > greeting.txt"
+TEXT_TURNS = [
+    {"content": f"I will write the file.\n```bash\n{GREETING}\n```"},
+    {"content": "Two at once:\n```bash\nls\n```\n```sh\npwd\n```"},
+    {"content": "Checking.\n```\ncat greeting.txt\n```"},
+    {"content": "The file is written."},
+]
+
+
+def _text_agent(protocol: str, server: ServedModel, tmp_path: Path) -> tuple[Transcript, Path]:
+    workdir = world("create-file", tmp_path)
+    with ChatClient(endpoint(server)) as client:
+        agent = ChatAgent(protocol=protocol)
+        transcript = agent.run(load_task(TASKS / "create-file").instruction, client, LocalShell(workdir))
+    return transcript, workdir
+
+
+@pytest.mark.parametrize("protocol", ["text", "auto"])
+def test_a_model_answering_fenced_commands_acts_by_the_text_protocol(protocol: str, tmp_path: Path, served) -> None:
+    """A model without tool calling answers with fenced shell blocks (the scaffold of mini-swe-agent): each is
+    run and its result is the next user message; two at once run nothing and are told so; no block ends it.
+    ``text`` offers no tools; ``auto`` offers them (with tool_choice) and runs the blocks all the same."""
+    server = served({"policy_model": "policy", "tasks": [{"match": "greeting.txt", "turns": TEXT_TURNS}]})
+    transcript, workdir = _text_agent(protocol, server, tmp_path)
+
+    CHECKS["create-file"](workdir)
+    assert transcript.protocol == protocol and transcript.ended == "no_tool_call"
+    assert [m.role for m in transcript.messages] == ["system", "user"] + ["assistant", "user"] * 3 + ["assistant"]
+    observations = [m.content for m in transcript.messages[3::2]]
+    assert observations[0] == "exit code 0\n" and "exactly one command block" in observations[1]
+    assert observations[2] == "exit code 0\nHello, Harbor!\nTasks are directories.\n"
+    fields = server.stats()["fields"]
+    assert (fields.get("tools", 0), fields.get("tool_choice", 0)) == ((0, 0) if protocol == "text" else (4, 4))
+    assert transcript.messages[0].content.startswith("You are an agent") and "```bash" in transcript.messages[0].content
+
+
+def test_the_protocol_is_part_of_the_agents_version() -> None:
+    versions = {ChatAgent(protocol=p).version for p in ("tools", "text", "auto")}
+    assert len(versions) == 3 and ChatAgent().version == ChatAgent(protocol="tools").version
+
+
+def test_with_tools_an_answer_without_a_call_ends_the_loop_even_with_a_block(tmp_path: Path, served) -> None:
+    server = served({"policy_model": "policy", "tasks": [{"match": "greeting.txt", "turns": TEXT_TURNS}]})
+    transcript, workdir = _text_agent("tools", server, tmp_path)
+    assert transcript.policy_calls == 1 and transcript.protocol is None and not (workdir / "greeting.txt").exists()
+
+
 def test_the_transcript_records_messages_usage_token_ids_and_logprobs(tmp_path: Path, served) -> None:
     server = served(script())
     transcript, _, _ = solve("fix-python-function", server, tmp_path)

@@ -243,3 +243,21 @@ def test_a_weights_rubric_cannot_judge_a_task_experiment(home, tmp_path):
     assert refused.returncode == 2
     assert "an LLM judge needs a judge rubric" in refused.stderr
     assert answered == {}
+
+
+def test_an_agent_acting_by_fenced_commands_trains_and_its_protocol_is_recorded(home, tmp_path):
+    """``--agent-protocol text``: a model without tool calling acts by fenced shell blocks, end to end."""
+    write = "printf 'Hello, Harbor!\\nTasks are directories.\\n' > greeting.txt"
+    turns = [{"content": f"```bash\n{write}\n```"}, {"content": "Done."}]
+    text_script = {**script(), "tasks": [{"match": "greeting.txt", "turns": turns}]}
+    with ServedModel(text_script, tmp_path) as server:
+        result = train_json(
+            home,
+            *("--experiment", "tasks-text", "--tasks", str(EXAMPLES / "create-file"), "--agent-protocol", "text"),
+            *("--policy-url", server.base_url, "--policy-model", POLICY_MODEL, "--steps", "1", "--samples", "1"),
+        )
+        fields = server.stats()["fields"]
+    assert [(t["trial_id"], t["reward"], t["turns"]) for t in result["trials"]] == [("s0-create-file-n0", 1.0, 2)]
+    assert "tools" not in fields
+    shown = run_cli(home, "show", "--experiment", "tasks-text", "s0-create-file-n0").stdout
+    assert "acting by the `text` protocol" in shown and "**user**\n```\nexit code 0\n" in shown

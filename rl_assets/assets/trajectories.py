@@ -74,6 +74,7 @@ def trajectory_of(unit: UnitRun, state: Stores, world_store: WorldStoreResource)
             **({} if image is None else {"image": image.identity}),
             "policy": policy.content_hash,
             "agent": workload_of(config).agent.version,
+            **({"rollout": config.rollout_settings} if config.rollout_settings else {}),
         }
     )
     attempt = unit.attempt

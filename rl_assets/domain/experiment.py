@@ -49,6 +49,7 @@ ToolChoice = Literal["auto", "required", "none"]
 StructuredOutput = Literal["auto", "off"]
 JudgeFailure = Literal["fail", "verifier-only"]
 OnOff = Literal["on", "off"]
+AgentProtocol = Literal["tools", "text", "auto"]
 LOCAL_POLICY_MODEL = "local"
 """The model name the home's own policy server answers as (``--policy local``)."""
 MAX_GRPO_LR = 0.1
@@ -59,7 +60,15 @@ GRPO_FIELDS = ("model", "clip", "kl_coef", "micro_batch")
 DEPLOYMENT_FIELDS = ("policy_url", "policy_key_name", "judge_url", "judge_key_name")
 """Where the models are served and which stored key each is presented: deployment, not identity. The model names
 and their sampling settings are identity (another model, other trajectories); a URL or a key is not."""
-POLICY_SAMPLING = ("policy_max_tokens", "policy_temperature", "policy_top_p", "policy_tool_choice", "policy_token_ids")
+ROLLOUT_SETTINGS = (
+    "agent_protocol",
+    "policy_max_tokens",
+    "policy_temperature",
+    "policy_top_p",
+    "policy_tool_choice",
+    "policy_token_ids",
+)
+"""The settings that change how a trial acts (another value, other trajectories): in each trajectory's identity."""
 JUDGE_SETTINGS = (
     "judge_max_tokens",
     "judge_temperature",
@@ -144,6 +153,11 @@ class ExperimentConfig(BaseModel):
     policy_key_name: ApiKeyName | None = _task_field(
         "The name of the API key the agent presents to --policy-url, stored in the home with "
         f"`rl-assets keys set NAME` ({API_KEY_NAME_RULE}); read when each trial starts. Unset: no key."
+    )
+    agent_protocol: AgentProtocol | None = _task_field(
+        "How the agent acts: 'tools' (the default) by tool calls; 'text' by one fenced shell block per answer, run "
+        "and its output returned (for models without tool calling); 'auto' offers the tools and runs a fenced "
+        "block when the model answers with one instead."
     )
     policy_max_tokens: int | None = _task_field(
         "Most tokens the agent's model may answer per call (1 to 1000000); unset: the server's default.",
@@ -264,7 +278,7 @@ class ExperimentConfig(BaseModel):
             "judge_model",
             "judge_key_name",
             "trainer",
-            *POLICY_SAMPLING,
+            *ROLLOUT_SETTINGS,
             *JUDGE_SETTINGS,
             *GRPO_FIELDS,
         )
@@ -337,6 +351,11 @@ class ExperimentConfig(BaseModel):
         """Identity of the experiment: equal hashes mean the same experiment. Every field but the deployment's
         (:data:`DEPLOYMENT_FIELDS`), so resuming against a server that moved, or with a renamed key, goes on."""
         return content_hash(self.model_dump(mode="json", exclude=set(DEPLOYMENT_FIELDS)))
+
+    @property
+    def rollout_settings(self) -> dict[str, object]:
+        """The :data:`ROLLOUT_SETTINGS` this experiment sets: part of its trajectories' identity (none: as before)."""
+        return {f: getattr(self, f) for f in ROLLOUT_SETTINGS if getattr(self, f) is not None}
 
     @property
     def task_names(self) -> list[str]:

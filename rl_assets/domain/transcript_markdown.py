@@ -43,7 +43,8 @@ def _message(m: Message) -> list[str]:
 def _chat(transcript: Transcript) -> list[str]:
     lines = [
         f"model `{transcript.model}`: {transcript.policy_calls} calls, ended by `{transcript.ended}`, "
-        f"{transcript.usage.prompt_tokens} prompt + {transcript.usage.completion_tokens} completion tokens",
+        f"{transcript.usage.prompt_tokens} prompt + {transcript.usage.completion_tokens} completion tokens"
+        + ("" if transcript.protocol is None else f", acting by the `{transcript.protocol}` protocol"),
         "",
     ]
     for m in transcript.messages:

@@ -85,6 +85,9 @@ class Transcript(Record):
     ended: EndReason
     usage: Usage
     """Summed over ``turns``."""
+    protocol: Literal["text", "auto"] | None = Field(None, exclude_if=lambda v: v is None)
+    """How the agent asked for actions, when not by tool calls alone: ``text`` (one fenced shell block per answer,
+    its output the next user message) or ``auto`` (tool calls, or a fenced block from a model that answers so)."""
 
     @property
     def policy_calls(self) -> int:

@@ -97,7 +97,7 @@ def run_tool(call: ToolCall, shell: Shell, timeout_s: float) -> str:
         return f"error: the arguments of {call.name} are not valid JSON ({err.msg} at position {err.pos})"
     try:
         if call.name == "bash":
-            return _shown(shell.run(BashArgs.model_validate(args).command, timeout_s))
+            return run_command(BashArgs.model_validate(args).command, shell, timeout_s)
         if call.name == "read_file":
             path = ReadFileArgs.model_validate(args).path
             result = shell.run(f"cat -- {shlex.quote(path)}", timeout_s)
@@ -108,6 +108,12 @@ def run_tool(call: ToolCall, shell: Shell, timeout_s: float) -> str:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in err.errors())
         return f"error: invalid arguments for {call.name}: {problems}"
     return f"error: no tool named {call.name!r} (the tools are bash, read_file and write_file)"
+
+
+def run_command(command: str, shell: Shell, timeout_s: float) -> str:
+    """A shell command's result as the model is told it (exit code, then output): ``bash``'s, and the text
+    protocol's fenced block's."""
+    return _shown(shell.run(command, timeout_s))
 
 
 def _write(args: WriteFileArgs, shell: Shell, timeout_s: float) -> str:

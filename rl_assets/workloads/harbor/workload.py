@@ -55,6 +55,7 @@ class TaskAgent:
         task_timeout_s = task.config.agent.timeout_sec or attempt.timeout_s
         limits = AgentLimits(max_turns=spec.max_turns, timeout_s=min(task_timeout_s, attempt.timeout_s))
         endpoint, key, seed = _policy_endpoint(config, spec, policy, attempt)
+        agent = ChatAgent(limits, config.agent_protocol or "tools")
         with (
             ChatClient(
                 endpoint, on_answer=lambda a: attempt.on_model_call(endpoint.model, a.turn.usage), api_key=key
@@ -62,15 +63,15 @@ class TaskAgent:
             environment.task_session(spec.world_id, config.name, spec.trial_id, attempt.attempt_id, task) as session,
         ):
             if task.config.steps:
-                transcript, outcome = _run_steps(task, limits, client, session, seed, deadline)
+                transcript, outcome = _run_steps(task, agent, client, session, seed, deadline)
             else:
-                transcript = ChatAgent(limits).run(task.instruction, client, session, seed=seed)
+                transcript = agent.run(task.instruction, client, session, seed=seed)
                 outcome = session.verify(final_answer(transcript), deadline)
         return Rollout(turns=[], answer="", files_written=[], transcript=transcript, verifier=outcome)
 
 
 def _run_steps(
-    task: Task, limits: AgentLimits, client: ChatClient, session: TaskSession, seed: int | None, deadline: float
+    task: Task, agent: ChatAgent, client: ChatClient, session: TaskSession, seed: int | None, deadline: float
 ) -> tuple[Transcript, VerifierOutcome]:
     """A multi-step task: each step's instruction in turn, as the next message of one dialogue (its own turns
     and time), each step verified (:func:`rl_assets.tasks.steps.run_steps`)."""
@@ -80,11 +81,11 @@ def _run_steps(
 
     def act(step: StepConfig, instruction: str, seconds: float) -> str:
         before = dialogue[-1] if dialogue else None
-        step_limits = dataclasses.replace(limits, timeout_s=seconds)
-        dialogue.append(ChatAgent(step_limits).run(instruction, client, session, seed=seed, before=before))
+        step_agent = dataclasses.replace(agent, limits=dataclasses.replace(agent.limits, timeout_s=seconds))
+        dialogue.append(step_agent.run(instruction, client, session, seed=seed, before=before))
         return final_answer(dialogue[-1])
 
-    outcome = run_steps(task, session, act, deadline, limits.timeout_s)
+    outcome = run_steps(task, session, act, deadline, agent.limits.timeout_s)
     return dialogue[-1], outcome
 
 
