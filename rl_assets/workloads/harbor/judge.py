@@ -53,10 +53,13 @@ UNTRUSTED = (
 )
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _FENCE = re.compile(r"```(?:json)?[ \t]*\n(?P<body>.*?)\n[ \t]*```", re.DOTALL | re.IGNORECASE)
+SCHEMA_REASON_CHARS = 200
+"""The reason's length a constrained server allows: short enough that a small model's reason and score fit in a
+few hundred tokens (SmolLM2 spent ``--judge-max-tokens 256`` on a 500-character reason and never scored)."""
 VERDICT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "reason": {"type": "string", "maxLength": REASON_CHARS},
+        "reason": {"type": "string", "maxLength": SCHEMA_REASON_CHARS},
         "score": {"type": "number", "minimum": 0, "maximum": 1},
     },
     "required": ["reason", "score"],
