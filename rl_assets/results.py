@@ -13,7 +13,7 @@ from typing import Any
 from rl_assets.batches import recorded_batch
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward, StepResult, Trajectory
-from rl_assets.domain.task_totals import summed
+from rl_assets.domain.task_totals import summed, task_of
 from rl_assets.domain.transcript_markdown import transcript_markdown
 from rl_assets.domain.transcripts import Usage
 from rl_assets.home import Home
@@ -93,24 +93,18 @@ def _steps(trajectory: Trajectory | None) -> dict[str, Any]:
 
 def task_trials(stores: Stores, config: ExperimentConfig) -> list[dict[str, Any]]:
     """A task experiment's trials of its trained steps, in canonical order: the rewards and what they cost, and
-    each trial that failed for good with its failure's kind (``rollout``, ``judge``, ``check``...) and first line."""
+    each trial that failed for good with its failure's kind (``generate``, ``judge``, ``check``, ``run``) and
+    first line."""
     rows = []
     for applied in stores.training.steps(config.name, config.rubric):
         batch, _ = recorded_batch(stores, config, applied.step)
         step_rows = [_trial_row(stores, config, applied.step, reward) for reward in batch]
         for trial_id, failure in stores.attempts.failed_trials(config.name, [applied.step]).items():
             kind, _, error = failure.partition(": ")
-            step_rows.append(
-                {"trial_id": trial_id, "step": applied.step, "task": _task_of(trial_id), "failed": kind}
-                | {"error": first_line(error)}
-            )
+            row = {"trial_id": trial_id, "step": applied.step, "task": task_of(trial_id), "failed": kind}
+            step_rows.append({**row, "error": first_line(error)})
         rows += sorted(step_rows, key=lambda r: r["trial_id"])
     return rows
-
-
-def _task_of(trial_id: str) -> str:
-    """``s0-create-file-n1`` -> ``create-file``."""
-    return trial_id.split("-", 1)[1].rsplit("-", 1)[0]
 
 
 def first_line(text: str) -> str:
@@ -125,7 +119,7 @@ def _trial_row(stores: Stores, config: ExperimentConfig, step: int, reward: Rewa
     return {
         "trial_id": reward.trial_id,
         "step": step,
-        "task": _task_of(reward.trial_id),
+        "task": task_of(reward.trial_id),
         "verifier_reward": reward.verifier_reward,
         "judge_score": reward.judge_score,
         "reward": reward.reward,

@@ -4,8 +4,8 @@ It is a plain call (no caching, no retries beyond the client's, no bookkeeping):
 around it pays for it at most once per (trajectory, rubric, ``judge_id``).
 
 The verdict is asked for in the shape it must have: the request carries a ``response_format`` with a
-JSON schema (``reason`` then ``score`` in [0, 1]), which vLLM, SGLang and llama.cpp enforce while
-generating, so even a small model answers with a verdict. OpenAI's form is tried first, then
+JSON schema (``reason`` then ``score`` in [0, 1]), which vLLM, SGLang and llama.cpp follow while
+generating, so even a small model answers with a verdict's shape. OpenAI's form is tried first, then
 llama-cpp-python's (``json_object`` with a ``schema``), then the prompt alone; a server's refusal (a 400
 or 422, or an error naming ``response_format``) moves to the next, and the first form a server takes is
 remembered for the rest of the process. A refused request was not answered, so it is not billed.
@@ -66,8 +66,9 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 """The verdict's shape. ``reason`` comes first, so a server that generates the fields in order has the model say
-why before it scores; its length and the score's range bound what a constrained server lets the model write.
-Not ``strict``: OpenAI's strict mode refuses ``maxLength`` and ``minimum``, which llama.cpp enforces."""
+why before it scores; its length and the score's range bound what a constrained server lets the model write, as
+far as it enforces them (llama-cpp-python 0.3 bounds the length, not a number's range: SmolLM2 still scored 2,
+a malformed verdict). Not ``strict``: OpenAI's strict mode refuses ``maxLength`` and ``minimum``."""
 VERDICT_FORMATS: tuple[dict[str, Any], ...] = (
     {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT_SCHEMA}},
     {"type": "json_object", "schema": VERDICT_SCHEMA},
