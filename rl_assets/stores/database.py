@@ -34,6 +34,9 @@ RECONNECT_TIMEOUT_S = 120.0
 POOL_SIZE = 2
 """Connections kept open per process: a step uses one at a time; judge threads may briefly want more."""
 POOL_OVERFLOW = 6
+POOL_WAIT_S = 600.0
+"""How long a thread waits for a pooled connection. SQLAlchemy's default (30 s) failed 516 trial attempts of one
+1024-trial rollout run on two cores, outwaited by the other threads: a trial's own deadline bounds its wait instead."""
 
 TRANSIENT_DB_ERRORS: tuple[type[BaseException], ...] = (
     psycopg2.OperationalError,
@@ -72,6 +75,7 @@ class Database:
                     creator=self.info.connect,
                     pool_size=POOL_SIZE,
                     max_overflow=POOL_OVERFLOW,
+                    pool_timeout=POOL_WAIT_S,
                     pool_pre_ping=True,
                 )
                 self._pid = os.getpid()
