@@ -14,7 +14,8 @@ trial count N, each version trains one step of N trials with ``--max-concurrent-
   ``x_ideal``: ``rollout_s / ideal_s``;
 - ``pss_mb_per_trial``: the peak proportional set size of the home's processes during the ``train`` command
   (daemon, code server, run workers and sandboxes; Postgres and Ray excluded), less theirs before it, over N;
-- ``cpu_s_per_trial``: the machine's CPU seconds during the ``train`` command, over N.
+- ``cpu_s_per_trial``: the machine's CPU seconds during the ``train`` command, over N;
+- ``failed_trials``: trials that failed for good (at 1024 task trials on two cores, many pass their deadline).
 
 A ``train`` that exits non-zero is a row too, with ``failed``: its last line.
 
@@ -66,8 +67,11 @@ config = stores.experiments.get(experiment)
 waits = []
 for spec in config.trials(0):
     t = stores.trials.trajectory(experiment, 0, spec.trial_id.split("-", 1)[1])
-    waits.append(t.transcript.policy_calls if kind == "tasks" else len(t.turns))
-print(json.dumps({"trials": len(waits), "rollout_s": float(last) - float(first), "ideal_s": max(waits) * latency}))
+    if t is not None:  # a trial that failed for good before its rollout was recorded has none
+        waits.append(t.transcript.policy_calls if kind == "tasks" else len(t.turns))
+failed = len(stores.attempts.failed_trials(experiment, [0]))
+print(json.dumps({"trials": len(config.trials(0)), "failed_trials": failed, "rollout_s": float(last) - float(first),
+                  "ideal_s": max(waits) * latency}))
 """
 
 
@@ -230,6 +234,7 @@ def main() -> int:
             "x_ideal",
             "pss_mb_per_trial",
             "cpu_s_per_trial",
+            "failed_trials",
         )
         print(" | ".join(head))
         for r in rows:
