@@ -99,10 +99,9 @@ def task_trials(stores: Stores, config: ExperimentConfig) -> list[dict[str, Any]
     for applied in stores.training.steps(config.name, config.rubric):
         batch, _ = recorded_batch(stores, config, applied.step)
         step_rows = [_trial_row(stores, config, applied.step, reward) for reward in batch]
-        for trial_id, failure in stores.attempts.failed_trials(config.name, [applied.step]).items():
-            kind, _, error = failure.partition(": ")
-            row = {"trial_id": trial_id, "step": applied.step, "task": task_of(trial_id), "failed": kind}
-            step_rows.append({**row, "error": first_line(error)})
+        for f in failures(stores, config, [applied.step]):
+            where = {"trial_id": f["trial_id"], "step": applied.step, "task": task_of(f["trial_id"])}
+            step_rows.append({**where, "failed": f["kind"], "error": f["error"]})
         rows += sorted(step_rows, key=lambda r: r["trial_id"])
     return rows
 
@@ -161,9 +160,10 @@ def trial_view(stores: Stores, config: ExperimentConfig, trial_id: str) -> str:
     return "\n".join(lines)
 
 
-def failures(stores: Stores, config: ExperimentConfig) -> list[dict[str, str]]:
-    """Every trial that failed for good, in canonical order: its failure's kind and first line."""
-    failed = stores.attempts.failed_trials(config.name)
+def failures(stores: Stores, config: ExperimentConfig, steps: list[int] | None = None) -> list[dict[str, str]]:
+    """Every trial that failed for good (of ``steps`` only, if given), in canonical order: its failure's kind and
+    first line."""
+    failed = stores.attempts.failed_trials(config.name, steps)
     rows = []
     for trial_id in sorted(failed):
         kind, _, error = failed[trial_id].partition(": ")
