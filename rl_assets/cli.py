@@ -568,6 +568,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     _checked(check_experiment_name, args.experiment, "--experiment")
     if args.rubric is not None:
         _checked(check_rubric_name, args.rubric, "--rubric")
+    if args.tokenizer is not None and not args.tokenizer.is_dir():
+        raise UsageError(f"--tokenizer: no directory {args.tokenizer}")
     if args.out is not None and not Path(args.out).resolve().parent.is_dir():
         raise UsageError(f"--out: no directory {Path(args.out).resolve().parent}")
     from rl_assets.skyrl_export import ExportError, export_skyrl
@@ -575,7 +577,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     stores = _open(Home.resolve(args.home), with_ray=False)
     config = _existing(stores, args.experiment)
     try:
-        output = export_skyrl(stores, config, args.step, args.rubric)
+        output = export_skyrl(stores, config, args.step, args.rubric, args.tokenizer)
     except ExportError as err:
         raise UsageError(str(err)) from None
     text = json.dumps(output, separators=(",", ":"))
@@ -794,6 +796,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", required=True, choices=["skyrl"], help="skyrl: SkyRL's step-wise GeneratorOutput, as JSON"
     )
     _add_flag(export, FLAGS["--rubric"], default=None, help="rewards of this rubric (default: the experiment's)")
+    export.add_argument(
+        "--tokenizer",
+        type=Path,
+        metavar="DIR",
+        help="re-tokenize calls without recorded token ids with this checkpoint directory's tokenizer and chat "
+        "template (an experiment of --trainer none; one of --trainer grpo uses its own model's)",
+    )
     export.add_argument("--out", metavar="FILE", help="write the JSON to FILE (default: stdout)")
     export.set_defaults(func=cmd_export)
 

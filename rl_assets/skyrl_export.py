@@ -19,8 +19,11 @@ How each field is filled, and why:
   samples.py chooses them: the server's recorded ids when the experiment's own served policy generated
   the trajectory, else the messages re-tokenized with the experiment's ``--model`` tokenizer. Uncut:
   SkyRL's own length limits apply there. An experiment without a language model (``--trainer none``)
-  has no tokenizer and no policy of its own, so it exports whichever server's recorded ids, and is
-  refused if a call has none.
+  has no tokenizer and no policy of its own, so it exports whichever server's recorded ids; a call
+  without them is re-tokenized with ``--tokenizer DIR`` (the trained model's checkpoint directory),
+  and refused without one. A re-tokenized call whose response lost the message's text or tool calls
+  (a template that renders ``content`` only) is refused, naming the model and the call
+  (:func:`~rl_assets.workloads.grpo.samples.dropped_by_template`).
 - ``loss_masks``: all 1s. A response is only what the model generated; tool output is only ever part of a
   later call's prompt, so nothing in a response needs masking.
 - ``rewards``: per token, the trajectory's stored reward under the rubric on the last token of its last
@@ -32,8 +35,10 @@ How each field is filled, and why:
   ``s<step>-<task>-n<k>``: a ``TrajectoryID`` as ``dataclasses.asdict`` gives it. The instance is the
   prompt group (the task within its step), not the task alone: SkyRL groups GRPO samples by instance id,
   so an export of several steps stays one valid batch whose groups never mix two steps' policies.
-- ``stop_reasons``: each call's finish reason; every other optional field is None (present, since
-  SkyRL's trainer reads some of them by key).
+- ``stop_reasons``: each call's finish reason.
+- ``env_metrics``: per row (SkyRL's shape: one dict per response), the trial and how its agent acted:
+  ``{"trial_id", "agent_protocol"}``, the protocol ``tools``, ``text`` or ``auto`` (``--agent-protocol``).
+  Every other optional field is None (present, since SkyRL's trainer reads some of them by key).
 
 The trials are each step's canonical batch, the one it trained on (trials that failed for good left
 out, as in training), each trajectory checked against the hash its reward names, so what is exported is
@@ -43,6 +48,7 @@ what was judged. A trial without a model call that produced tokens has no entry.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from rl_assets.batches import recorded_batch
@@ -52,7 +58,7 @@ from rl_assets.stores.home_stores import Stores
 from rl_assets.workloads.grpo.advantages import group_of
 from rl_assets.workloads.grpo.model import base_tokenizer
 from rl_assets.workloads.grpo.samples import model_calls
-from rl_assets.workloads.grpo.tokenizer import ChatTokenizer
+from rl_assets.workloads.grpo.tokenizer import ChatTokenizer, load_tokenizer
 from rl_assets.workloads.grpo.trainer import SERVED_MODEL
 from rl_assets.workloads.seams import TrainingWorkspace
 
@@ -75,9 +81,11 @@ def generator_output(
     logprobs: list[list[float] | None] = []
     stops: list[str] = []
     ids: list[dict[str, Any]] = []
+    metrics: list[dict[str, str]] = []
     last: list[bool] = []
     for reward, trajectory in trials:
         calls = model_calls(trajectory, tokenizer, served_as)
+        row = {"trial_id": reward.trial_id, "agent_protocol": _protocol(trajectory)}
         trajectory_id = {
             "instance_id": group_of(reward.trial_id),
             "repetition_id": int(reward.trial_id.rpartition("-n")[2]),
@@ -95,6 +103,7 @@ def generator_output(
             logprobs.append(None if call.logprobs is None else list(call.logprobs))
             stops.append(call.finish_reason)
             ids.append(dict(trajectory_id))
+            metrics.append(dict(row))
             last.append(final)
     return {
         "prompt_token_ids": prompts,
@@ -109,21 +118,45 @@ def generator_output(
         "trajectory_time_splits": None,
         "rollout_expert_indices": None,
         "is_last_step": last,
-        "env_metrics": None,
+        "env_metrics": metrics,
         "pixel_values": None,
         "image_grid_thw": None,
     }
 
 
-def skyrl_output(config: ExperimentConfig, trials: list[tuple[Reward, Trajectory]]) -> dict[str, Any]:
-    """:func:`generator_output` of an experiment's trials, with its model's tokenizer (if it has one)."""
+def _protocol(trajectory: Trajectory) -> str:
+    transcript = trajectory.transcript
+    return "tools" if transcript is None or transcript.protocol is None else transcript.protocol
+
+
+def _tokenizer(config: ExperimentConfig, tokenizer_dir: Path | None) -> tuple[ChatTokenizer | None, str | None]:
+    """The tokenizer to re-tokenize with and the model whose recorded ids are the policy's own (see the module)."""
+    if tokenizer_dir is not None:
+        if config.trainer == "grpo":
+            raise ExportError(
+                f"--tokenizer: experiment {config.name!r} trains its own model ({config.model}), whose tokenizer "
+                "its export uses"
+            )
+        where, base = "--tokenizer", str(tokenizer_dir)
+    elif config.trainer == "grpo" and config.model is not None:
+        where, base = "--model", config.model
+    else:
+        return None, None
+    try:
+        tokenizer = base_tokenizer(base) if where == "--model" else load_tokenizer(Path(base))
+    except ImportError:
+        raise ExportError(f"{where}: loading a tokenizer needs transformers: pip install 'rl-assets[llm]'") from None
+    except (OSError, ValueError) as err:
+        raise ExportError(f"the tokenizer of {where} {base} does not load: {_first_line(err)}") from None
+    return tokenizer, SERVED_MODEL if where == "--model" else None
+
+
+def skyrl_output(
+    config: ExperimentConfig, trials: list[tuple[Reward, Trajectory]], tokenizer_dir: Path | None = None
+) -> dict[str, Any]:
+    """:func:`generator_output` of an experiment's trials, with its model's tokenizer or ``tokenizer_dir``'s."""
     _check_exportable(config)
-    tokenizer, served_as = None, None
-    if config.trainer == "grpo" and config.model is not None:
-        try:
-            tokenizer, served_as = base_tokenizer(config.model), SERVED_MODEL
-        except OSError as err:
-            raise ExportError(f"the tokenizer of --model {config.model} does not load: {_first_line(err)}") from None
+    tokenizer, served_as = _tokenizer(config, tokenizer_dir)
     try:
         output = generator_output(trials, tokenizer, served_as)
     except ValueError as err:
@@ -131,7 +164,7 @@ def skyrl_output(config: ExperimentConfig, trials: list[tuple[Reward, Trajectory
             raise ExportError(_first_line(err)) from None
         raise ExportError(
             f"{_first_line(err)}; experiment {config.name!r} has no language model to re-tokenize its transcripts "
-            "with (one trained with --trainer grpo --model exports them)"
+            "with: pass --tokenizer DIR (the checkpoint directory of the model they are for)"
         ) from None
     if not output["response_ids"]:
         raise ExportError(f"experiment {config.name!r}: no model call of the steps asked for produced tokens")
@@ -139,9 +172,14 @@ def skyrl_output(config: ExperimentConfig, trials: list[tuple[Reward, Trajectory
 
 
 def export_skyrl(
-    stores: Stores, config: ExperimentConfig, step: int | None = None, rubric: str | None = None
+    stores: Stores,
+    config: ExperimentConfig,
+    step: int | None = None,
+    rubric: str | None = None,
+    tokenizer_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """The trained steps of ``config`` (or just ``step``) under ``rubric`` (default: the experiment's) for SkyRL."""
+    """The trained steps of ``config`` (or just ``step``) under ``rubric`` (default: the experiment's) for SkyRL,
+    re-tokenized where needed with ``tokenizer_dir`` (an experiment without a model of its own)."""
     _check_exportable(config)
     scored = config if rubric is None else config.scored_with(rubric)
     trained = [applied.step for applied in stores.training.steps(config.name, scored.rubric)]
@@ -157,7 +195,7 @@ def export_skyrl(
         trained = [step]
     workspace = TrainingWorkspace(stores.artifacts.root, config.name)
     trials = [(r, workspace.trajectory(r)) for s in trained for r in recorded_batch(stores, scored, s)[0]]
-    return skyrl_output(config, trials)
+    return skyrl_output(config, trials, tokenizer_dir)
 
 
 def _check_exportable(config: ExperimentConfig) -> None:

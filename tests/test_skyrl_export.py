@@ -57,7 +57,7 @@ def test_without_a_model_recorded_ids_export_and_missing_ones_are_refused(tmp_pa
     config = _no_model_config()
     output = skyrl_output(config, _trials(tmp_path / "ids", ids=True))
     assert output["response_ids"][0] == list(b"ls") and output["rollout_logprobs"] is not None
-    with pytest.raises(ExportError, match=r"no language model .*--trainer grpo --model") as err:
+    with pytest.raises(ExportError, match=r"no language model .*: pass --tokenizer DIR") as err:
         skyrl_output(config, _trials(tmp_path / "none"))
     assert "\n" not in str(err.value)
 
@@ -82,3 +82,79 @@ def test_the_transcribed_validator_refuses_what_skyrl_refuses(tmp_path, damage):
     damage(output)
     with pytest.raises(AssertionError):
         validate_generator_output(len(trials), output, step_wise=True)
+
+
+CONTENT_ONLY = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""ChatML rendering ``content`` alone, as SmolLM2-Instruct's template does: an assistant's tool calls vanish."""
+WITH_TOOLS = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""The same with each tool call rendered as JSON (Qwen's and Hermes' way)."""
+
+
+def _checkpoint_tokenizer(directory, template: str):
+    """A byte-level BPE tokenizer with ChatML's specials and ``template``, saved as a checkpoint directory's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    backend = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|im_end|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tokenizer.chat_template = template
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def test_a_template_that_drops_tool_calls_is_refused_naming_the_model_and_the_call(tmp_path):
+    pytest.importorskip("transformers", reason="the llm extra: pip install -e '.[llm]'")
+    config = _no_model_config()
+    trials = _trials(tmp_path / "store", steps=[0])  # llama.cpp's way: no token ids recorded
+    checkpoint = _checkpoint_tokenizer(tmp_path / "smol", CONTENT_ONLY)
+    with pytest.raises(ExportError) as err:
+        skyrl_output(config, trials, checkpoint)
+    message = str(err.value)
+    assert f"the chat template of {checkpoint} drops the tool call bash" in message
+    assert "trajectory s0-greet-n0's model call 1 (message 1)" in message
+    assert "'<|im_end|>\\n'" in message  # what the response would have been: the end of turn alone
+    assert "\n" not in message
+
+
+def test_a_template_that_renders_tool_calls_exports_them_retokenized(tmp_path):
+    pytest.importorskip("transformers", reason="the llm extra: pip install -e '.[llm]'")
+    from rl_assets.workloads.grpo.tokenizer import load_tokenizer
+
+    trials = _trials(tmp_path / "store", steps=[0])
+    checkpoint = _checkpoint_tokenizer(tmp_path / "qwenish", WITH_TOOLS)
+    output = skyrl_output(_no_model_config(), trials, checkpoint)
+    validate_generator_output(len(trials), output, step_wise=True)
+    tokenizer = load_tokenizer(checkpoint)
+    first_call = tokenizer.decode(output["response_ids"][0])
+    assert first_call.startswith('<tool_call>{"name": "bash", "arguments": "{\\"command\\": \\"ls\\"}"}')
+    assert tokenizer.decode(output["response_ids"][1]) == "yes<|im_end|>\n"
+    assert output["rollout_logprobs"] is None
+
+
+def test_each_row_names_its_trial_and_how_the_agent_acted(tmp_path):
+    output = skyrl_output(grpo_config(), _trials(tmp_path, steps=[0], model=SERVED_MODEL, ids=True))
+    rows = output["env_metrics"]
+    assert len(rows) == len(output["response_ids"])
+    assert rows[:2] == [{"trial_id": "s0-greet-n0", "agent_protocol": "tools"}] * 2
+
+
+def test_the_trainer_refuses_the_same_template(tmp_path):
+    pytest.importorskip("transformers", reason="the llm extra: pip install -e '.[llm]'")
+    from rl_assets.workloads.grpo.samples import trajectory_samples
+    from rl_assets.workloads.grpo.tokenizer import load_tokenizer
+
+    ((_, trajectory), *_) = _trials(tmp_path / "store", steps=[0])
+    tokenizer = load_tokenizer(_checkpoint_tokenizer(tmp_path / "smol", CONTENT_ONLY))
+    with pytest.raises(ValueError, match="drops the tool call bash of trajectory s0-greet-n0"):
+        trajectory_samples(trajectory, 1.0, tokenizer, SERVED_MODEL, 512)

@@ -29,6 +29,15 @@ class ChatTokenizer(Protocol):
     @property
     def pad_id(self) -> int: ...
 
+    @property
+    def name(self) -> str:
+        """The tokenizer's model, as errors name it."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, special tokens included: what a template check reads."""
+        ...
+
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
         """The prompt the model saw before answering: the messages, then the start of an assistant turn."""
         ...
@@ -55,6 +64,21 @@ class ByteChatTokenizer:
     @property
     def pad_id(self) -> int:
         return self._special["<|pad|>"]
+
+    @property
+    def name(self) -> str:
+        return "the tiny model's byte tokenizer"
+
+    def decode(self, ids: Sequence[int]) -> str:
+        names = {i: name for name, i in self._special.items()}
+        out, raw = [], bytearray()
+        for i in ids:
+            if i < 256:
+                raw.append(i)
+                continue
+            out.append(raw.decode("utf-8", errors="replace") + names[i])
+            raw = bytearray()
+        return "".join(out) + raw.decode("utf-8", errors="replace")
 
     def _body(self, message: Message) -> list[int]:
         ids = list((message.content or "").encode("utf-8"))
@@ -107,6 +131,13 @@ class HFChatTokenizer:
     def pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return pad if pad is not None else self.tokenizer.eos_token_id
+
+    @property
+    def name(self) -> str:
+        return str(self.tokenizer.name_or_path)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
     def _ids(self, messages: Sequence[Message], generation_prompt: bool) -> list[int]:
         ids = self.tokenizer.apply_chat_template(
