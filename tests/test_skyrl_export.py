@@ -5,6 +5,8 @@ The end-to-end export of a trained experiment, through the CLI, is in ``test_grp
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
@@ -88,17 +90,27 @@ CONTENT_ONLY = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-"""ChatML rendering ``content`` alone, as SmolLM2-Instruct's template does: an assistant's tool calls vanish."""
-WITH_TOOLS = (
+"""ChatML rendering ``content`` alone, as SmolLM2-Instruct's template does: tool calls and tools vanish."""
+NATIVE_TOOLS = (
+    "{% if tools %}<|im_start|>system\nTOOLS {{ tools | tojson }}<|im_end|>\n{% endif %}"
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
     "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-"""The same with each tool call rendered as JSON (Qwen's and Hermes' way)."""
+"""Tools and tool calls rendered by the template itself (Qwen's and Hermes' way)."""
+CALLS_NOT_TEXT = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.role != 'assistant' %}{{ m.content }}{% endif %}"
+    "{% for c in m.tool_calls or [] %}{{ c.function | tojson }}{% endfor %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A broken template: an assistant's tool calls rendered, its text never."""
+BASH = {"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {}}}
 
 
 def _checkpoint_tokenizer(directory, template: str):
     """A byte-level BPE tokenizer with ChatML's specials and ``template``, saved as a checkpoint directory's."""
+    pytest.importorskip("transformers", reason="the llm extra: pip install -e '.[llm]'")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -113,33 +125,56 @@ def _checkpoint_tokenizer(directory, template: str):
     return directory
 
 
-def test_a_template_that_drops_tool_calls_is_refused_naming_the_model_and_the_call(tmp_path):
-    pytest.importorskip("transformers", reason="the llm extra: pip install -e '.[llm]'")
-    config = _no_model_config()
+def _load(directory):
+    from rl_assets.workloads.grpo.tokenizer import load_tokenizer
+
+    return load_tokenizer(directory)
+
+
+def test_a_template_without_tools_gets_them_as_hermes_blocks_and_a_system_message(tmp_path):
     trials = _trials(tmp_path / "store", steps=[0])  # llama.cpp's way: no token ids recorded
     checkpoint = _checkpoint_tokenizer(tmp_path / "smol", CONTENT_ONLY)
+    output = skyrl_output(_no_model_config(), trials, checkpoint)
+    validate_generator_output(len(trials), output, step_wise=True)
+    tokenizer = _load(checkpoint)
+    call = '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call><|im_end|>\n'
+    assert [tokenizer.decode(r) for r in output["response_ids"][:2]] == [call, "yes<|im_end|>\n"]
+    assert call.removesuffix("<|im_end|>\n") in tokenizer.decode(output["prompt_token_ids"][1])
+    assert output["rollout_logprobs"] is None
+    (_, trajectory), *_ = trials
+    prompt = tokenizer.decode(tokenizer.prompt_ids(trajectory.transcript.messages[:1], [BASH]))
+    assert prompt.startswith("<|im_start|>system\nYou can call tools.") and json.dumps(BASH) in prompt
+
+
+def test_a_template_with_tools_renders_them_itself(tmp_path):
+    trials = _trials(tmp_path / "store", steps=[0])
+    tokenizer = _load(_checkpoint_tokenizer(tmp_path / "qwenish", NATIVE_TOOLS))
+    (_, trajectory), *_ = trials
+    messages = trajectory.transcript.messages
+    prompt = tokenizer.decode(tokenizer.prompt_ids(messages[:1], [BASH]))
+    assert prompt.startswith("<|im_start|>system\nTOOLS [") and "You can call tools" not in prompt
+    response = tokenizer.decode(tokenizer.response_ids(messages[:1], messages[1], [BASH]))
+    assert response == '<tool_call>{"name": "bash", "arguments": "{\\"command\\": \\"ls\\"}"}</tool_call><|im_end|>\n'
+
+
+def test_a_template_that_drops_an_answer_is_refused_naming_the_model_and_the_call(tmp_path):
+    trials = _trials(tmp_path / "store", steps=[0])
+    checkpoint = _checkpoint_tokenizer(tmp_path / "broken", CALLS_NOT_TEXT)
     with pytest.raises(ExportError) as err:
-        skyrl_output(config, trials, checkpoint)
+        skyrl_output(_no_model_config(), trials, checkpoint)
     message = str(err.value)
-    assert f"the chat template of {checkpoint} drops the tool call bash" in message
-    assert "trajectory s0-greet-n0's model call 1 (message 1)" in message
-    assert "'<|im_end|>\\n'" in message  # what the response would have been: the end of turn alone
+    assert f"the chat template of {checkpoint} drops the text of trajectory s0-greet-n0's model call 2" in message
+    assert "(message 3): re-tokenized, its response is '<|im_end|>\\n'" in message
     assert "\n" not in message
 
 
-def test_a_template_that_renders_tool_calls_exports_them_retokenized(tmp_path):
-    pytest.importorskip("transformers", reason="the llm extra: pip install -e '.[llm]'")
-    from rl_assets.workloads.grpo.tokenizer import load_tokenizer
+def test_the_trainer_refuses_the_same_template(tmp_path):
+    from rl_assets.workloads.grpo.samples import trajectory_samples
 
-    trials = _trials(tmp_path / "store", steps=[0])
-    checkpoint = _checkpoint_tokenizer(tmp_path / "qwenish", WITH_TOOLS)
-    output = skyrl_output(_no_model_config(), trials, checkpoint)
-    validate_generator_output(len(trials), output, step_wise=True)
-    tokenizer = load_tokenizer(checkpoint)
-    first_call = tokenizer.decode(output["response_ids"][0])
-    assert first_call.startswith('<tool_call>{"name": "bash", "arguments": "{\\"command\\": \\"ls\\"}"}')
-    assert tokenizer.decode(output["response_ids"][1]) == "yes<|im_end|>\n"
-    assert output["rollout_logprobs"] is None
+    ((_, trajectory), *_) = _trials(tmp_path / "store", steps=[0])
+    tokenizer = _load(_checkpoint_tokenizer(tmp_path / "broken", CALLS_NOT_TEXT))
+    with pytest.raises(ValueError, match="drops the text of trajectory s0-greet-n0"):
+        trajectory_samples(trajectory, 1.0, tokenizer, SERVED_MODEL, 512)
 
 
 def test_each_row_names_its_trial_and_how_the_agent_acted(tmp_path):
@@ -147,14 +182,3 @@ def test_each_row_names_its_trial_and_how_the_agent_acted(tmp_path):
     rows = output["env_metrics"]
     assert len(rows) == len(output["response_ids"])
     assert rows[:2] == [{"trial_id": "s0-greet-n0", "agent_protocol": "tools"}] * 2
-
-
-def test_the_trainer_refuses_the_same_template(tmp_path):
-    pytest.importorskip("transformers", reason="the llm extra: pip install -e '.[llm]'")
-    from rl_assets.workloads.grpo.samples import trajectory_samples
-    from rl_assets.workloads.grpo.tokenizer import load_tokenizer
-
-    ((_, trajectory), *_) = _trials(tmp_path / "store", steps=[0])
-    tokenizer = load_tokenizer(_checkpoint_tokenizer(tmp_path / "smol", CONTENT_ONLY))
-    with pytest.raises(ValueError, match="drops the tool call bash of trajectory s0-greet-n0"):
-        trajectory_samples(trajectory, 1.0, tokenizer, SERVED_MODEL, 512)

@@ -121,7 +121,8 @@ class PolicyServer:
             raise Refusal(400, 'name the policy: "policy": {"experiment": NAME, "version": N}')
         experiment, version = str(wanted.get("experiment")), int(wanted["version"])
         messages = [_message(m) for m in _list(request, "messages")]
-        tools = {str(t.get("function", {}).get("name")) for t in _list(request, "tools", required=False)}
+        offered = _list(request, "tools", required=False)
+        tools = {str(t.get("function", {}).get("name")) for t in offered}
         max_tokens = _number(request, "max_tokens", DEFAULT_MAX_TOKENS, int)
         temperature = _number(request, "temperature", 1.0, float)
         seed = _number(request, "seed", 0, int)
@@ -130,7 +131,7 @@ class PolicyServer:
         with self._lock:
             policy = self.lookup.policy(experiment, version)
             model, tokenizer = self._model(policy)
-            prompt = tokenizer.prompt_ids(messages)
+            prompt = tokenizer.prompt_ids(messages, offered)
             room = model.config.max_position_embeddings - len(prompt)
             if room < 1:
                 raise Refusal(400, f"the prompt is {len(prompt)} tokens, the model's context is full")
