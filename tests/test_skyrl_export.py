@@ -110,7 +110,6 @@ BASH = {"type": "function", "function": {"name": "bash", "description": "Run a c
 
 def _checkpoint_tokenizer(directory, template: str):
     """A byte-level BPE tokenizer with ChatML's specials and ``template``, saved as a checkpoint directory's."""
-    pytest.importorskip("transformers", reason="the llm extra: pip install -e '.[llm]'")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
