@@ -2,7 +2,7 @@
 
 Runs are created in the home's real Dagster instance (not submitted: no daemon queues or launches them), and
 their outcomes written as Dagster records them (a materialization, a failed run), so each state is exactly the
-one under test.
+one under test. The last test trains through the CLI: a rollout run's own provenance records, for real.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.planner import give_up_on_crashing, plan
 from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
+from rl_assets.testing.expectations import cli_args, oracle_expectation, table_of, train_json
 
 
 def _experiment(home, stores, instance) -> ExperimentConfig:
@@ -84,3 +85,18 @@ def test_a_trial_is_given_up_after_its_rollout_runs_died_three_times(home, store
     assert all(launch.failures == 3 for launch in launches), "the give-up rule sees each trial's failed runs"
     triage = give_up_on_crashing(stores, plan(instance, stores, config))
     assert sorted(t.trial_id for t in triage.failed_trials) == ["s0-p0-n0", "s0-p1-n0"] and not triage.launches
+
+
+def test_trials_roll_out_after_materializations_reported_without_tags(home, instance):
+    """The UI's "Report materialization" (a runless event) records no tags, so no data version. A rollout run
+    records each trial's provenance from its parents' latest events, and such an event may be one of them: the
+    experiment trains as the specification says all the same."""
+    fields = dict(steps=1, worlds=1, prompts=2, samples=1)
+    train_json(home, *cli_args(f"built-{uuid.uuid4().hex[:6]}", fields))  # its world built: not built again below
+    # The latest events of trajectories' parent and of rewards' (of other partitions: nothing of this experiment).
+    instance.report_runless_asset_event(dg.AssetMaterialization("worlds", partition="reported-by-hand"))
+    instance.report_runless_asset_event(dg.AssetMaterialization("trajectories", partition="reported-by-hand|s0|p0-n0"))
+    name = f"reported-{uuid.uuid4().hex[:6]}"
+    result = train_json(home, *cli_args(name, fields))
+    table, priors = oracle_expectation(ExperimentConfig(name=name, **fields))
+    assert table_of(result) == table and result["weights"] == priors

@@ -127,8 +127,10 @@ class _Provenance:
             entry = records.get(parent)
             event = entry and (entry.last_materialization_record or entry.last_observation_record)
             found = event and (event.asset_materialization or event.asset_observation)
+            # A materialization reported by hand (the UI's "Report materialization", a runless event) may have
+            # no tags at all, hence no data version: as Dagster's own step reads it, INITIAL.
             tags[INPUT_DATA_VERSION_TAG + parent.to_user_string()] = (
-                found.tags.get(DATA_VERSION_TAG, "INITIAL") if found else "INITIAL"
+                (found.tags or {}).get(DATA_VERSION_TAG, "INITIAL") if found else "INITIAL"
             )
             tags[INPUT_EVENT_POINTER_TAG + parent.to_user_string()] = str(event.storage_id) if event else "NULL"
         if data_version is not None:
