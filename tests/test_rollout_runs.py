@@ -8,6 +8,7 @@ one under test. The last test trains through the CLI: a rollout run's own proven
 from __future__ import annotations
 
 import uuid
+from functools import partial
 
 import dagster as dg
 
@@ -16,6 +17,7 @@ from rl_assets.assets.rollout_batches import batch_members, batch_run_config
 from rl_assets.definitions import RECONSTRUCTABLE_JOBS, defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
+from rl_assets.driver.failure_watch import run_error
 from rl_assets.driver.planner import give_up_on_crashing, plan
 from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 from rl_assets.testing.expectations import cli_args, oracle_expectation, table_of, train_json
@@ -83,8 +85,10 @@ def test_a_trial_is_given_up_after_its_rollout_runs_died_three_times(home, store
     states, launches = _states(instance, stores, config)
     assert states == {"s0-p0-n0": ("pending", 3), "s0-p1-n0": ("pending", 3)}
     assert all(launch.failures == 3 for launch in launches), "the give-up rule sees each trial's failed runs"
-    triage = give_up_on_crashing(stores, plan(instance, stores, config))
+    triage = give_up_on_crashing(stores, plan(instance, stores, config), partial(run_error, instance))
     assert sorted(t.trial_id for t in triage.failed_trials) == ["s0-p0-n0", "s0-p1-n0"] and not triage.launches
+    why = "run: its runs failed 3 times, the last with: the run's worker process died"
+    assert stores.attempts.failed_trials(config.name) == {"s0-p0-n0": why, "s0-p1-n0": why}
 
 
 def test_trials_roll_out_after_materializations_reported_without_tags(home, instance):

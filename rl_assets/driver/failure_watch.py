@@ -82,6 +82,24 @@ def run_failure(instance: DagsterInstance, run: dg.DagsterRun) -> tuple[str, boo
     return error.replace(run.run_id, "<run>"), not started and reason != "START_TIMEOUT"
 
 
+def run_error(instance: DagsterInstance, run_id: str) -> str | None:
+    """Why a failed run failed, in one line: its first failed step's innermost error (an exception in the
+    step's code), else the run's own failure (a dead worker, as run monitoring says); None for an unknown run."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        return None
+    steps = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    error = next(
+        (
+            getattr(e.dagster_event.event_specific_data, "error", None)
+            for e in steps
+            if e.dagster_event is not None and getattr(e.dagster_event.event_specific_data, "error", None) is not None
+        ),
+        None,
+    )
+    return _first_line(error) if error is not None else run_failure(instance, run)[0].replace("<run>", run_id)
+
+
 class FailureWatch:
     """The experiment's failures since ``since`` (epoch seconds) that will repeat: :meth:`check` finds them."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -102,6 +103,8 @@ class TrialStatus:
     runs: int
     failures: int
     """Runs that failed since the trial's last successful run (a repaired trial starts again at 0)."""
+    last_failed_run: str | None = None
+    """The newest of those runs, whose error a trial given up on is recorded with."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,11 @@ class UnitRuns:
         rs = self.by_unit.get(key, [])
         return in_flight(rs), len(rs), _failures_since_success(rs, since)
 
+    def newest_failed(self, key: str) -> str | None:
+        """The run id of the unit's newest failed or canceled run."""
+        failed = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+        return next((r.dagster_run.run_id for r in self.by_unit.get(key, []) if r.dagster_run.status in failed), None)
+
     def refused(self, key: str) -> bool:
         """The unit's newest run failed: a blocking asset check failed after the materialization was recorded
         (or the worker died after it). Its materialization does not count until a run of the unit succeeds."""
@@ -367,7 +375,9 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
                 slot = trial_id.split("-", 1)[1]
                 tags = {**base_tags, **_partition_tags(key, {"step": step_key, "trial": slot})}
                 launches.append(Launch(unit_job, key, tags, count, failures))
-            trials.append(TrialStatus(trial_id, key, state, count, failures))
+            trials.append(
+                TrialStatus(trial_id, key, state, count, failures, runs.newest_failed(key) if failures else None)
+            )
         trained = s < frontier and step_key in trained_keys and not runs.refused(step_key)
         train_active, train_count, train_failures = runs.counts(step_key, asked)
         all_terminal = all(t.state in ("ok", "failed") for t in trials)
@@ -398,16 +408,24 @@ def stuck_units(p: Plan) -> list[Launch]:
     return [launch for launch in p.launches if launch.job not in UNIT_JOBS and launch.failures >= MAX_FAILED_RUNS]
 
 
-def give_up_on_crashing(stores: Stores, p: Plan) -> Triage:
+def give_up_on_crashing(stores: Stores, p: Plan, explain: Callable[[str], str | None] = lambda run_id: None) -> Triage:
     """Record as failed for good the trials whose last :data:`MAX_FAILED_RUNS` runs failed; launch the rest.
 
-    The driver sensor applies this rule on every tick; a following command reads the same
+    A trial's failure says why its newest run failed (``explain``: a run's error, e.g.
+    :func:`~rl_assets.driver.failure_watch.run_error`), so ``train``, ``status`` and ``report`` show the cause,
+    not only the count. The driver sensor applies this rule on every tick; a following command reads the same
     :func:`stuck_units` to stop with the reason.
     """
     failed = [t for s in p.steps for t in s.trials if t.state == "pending" and t.failures >= MAX_FAILED_RUNS]
     for trial in failed:
+        why = explain(trial.last_failed_run) if trial.last_failed_run else None
         stores.attempts.record_trial_failure(
-            p.config.name, trial.trial_id, "run", f"its runs died {trial.failures} times"
+            p.config.name,
+            trial.trial_id,
+            "run",
+            f"its runs failed {trial.failures} times, the last with: {why}"
+            if why
+            else f"its runs died {trial.failures} times",
         )
     given_up = {t.partition_key for t in failed}
     stuck = stuck_units(p)

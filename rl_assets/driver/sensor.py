@@ -44,6 +44,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import dagster as dg
@@ -54,6 +55,7 @@ from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.assets.pools import POOLS
 from rl_assets.assets.rollout_batches import batch_run_config
 from rl_assets.domain.hashing import content_hash
+from rl_assets.driver.failure_watch import run_error
 from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Launch, Plan, give_up_on_crashing, plan
 from rl_assets.environment import current, launch_tags, rescore_experiments
 from rl_assets.home import Home
@@ -149,13 +151,19 @@ def _ensure_trainer_cluster(home: Home) -> None:
 
 
 def run_requests_of(
-    state: Stores, plans: list[Plan], world_store: Any, warn: Callable[[str], None], jobs: tuple[str, ...]
+    state: Stores,
+    plans: list[Plan],
+    world_store: Any,
+    warn: Callable[[str], None],
+    jobs: tuple[str, ...],
+    explain: Callable[[str], str | None] = lambda run_id: None,
 ) -> list[dg.RunRequest]:
     """The plans' launches of ``jobs`` as run requests: less the units given up on, at most the cap of trials in
-    flight. Units given up on are warned about by the lane that would launch them."""
+    flight. Units given up on are warned about by the lane that would launch them; ``explain`` gives a failed
+    run's error, recorded with a trial given up on."""
     requests = []
     for p in plans:
-        triage = give_up_on_crashing(state, p)
+        triage = give_up_on_crashing(state, p, explain)
         if "trial_job" in jobs:
             for trial in triage.failed_trials:
                 warn(f"{trial.trial_id} of {p.config.name}: its runs failed {trial.failures} times; failed for good")
@@ -276,7 +284,9 @@ def _drive(
     while True:
         seen = _last_change(context.instance, state)
         plans = _open_plans(context.instance, state)
-        run_requests = run_requests_of(state, plans, world_store, context.log.warning, jobs)
+        run_requests = run_requests_of(
+            state, plans, world_store, context.log.warning, jobs, partial(run_error, context.instance)
+        )
         partitions = partition_requests_of(context.instance, plans) if "trial_job" in jobs else []
         if run_requests or partitions:
             return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
