@@ -9,6 +9,7 @@ beyond a clean run's calls only those of attempts the kill cut off (and the few 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 from rl_assets.domain.runtime import ExecutionSettings
@@ -46,3 +47,16 @@ def test_a_sigkilled_task_run_pays_again_only_for_the_calls_in_flight(home, stor
     unrecorded = answered - result["counts"]["policy_calls"]
     assert 0 <= unrecorded <= ExecutionSettings().max_concurrent_trials
     assert answered - clean_calls == stores.model_calls.wasted_calls(NAME) + unrecorded, "only cut-off calls repeat"
+
+
+def test_an_attempt_cut_off_after_storing_its_rollout_is_not_wasted_once_it_is_reused(stores):
+    """A kill between storing a rollout and calling its attempt ok: the rerun reuses the rollout (no call is
+    asked again), so the attempt is settled ok then, and its calls are not counted as wasted."""
+    name = f"cut-{uuid.uuid4().hex[:8]}"
+    cut = stores.attempts.start_generation(name, "s0-a-n0", 0, "rollout-1", "none")
+    other = stores.attempts.start_generation(name, "s0-a-n0", 1, "rollout-2", "none")  # another identity
+    for attempt in (cut, cut, cut, other):
+        stores.model_calls.record(name, "s0-a-n0", "policy", "m", 10, 5, attempt)
+    assert stores.model_calls.wasted_calls(name) == 4
+    stores.attempts.settle_cut_off(name, "s0-a-n0", "rollout-1")  # what reusing rollout-1 does
+    assert stores.model_calls.wasted_calls(name) == 1, "the other identity's attempt was not reused"

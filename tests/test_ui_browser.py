@@ -165,14 +165,19 @@ def ui(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
 
 
 @pytest.fixture(scope="module")
-def browser(ui: UI) -> Iterator[WebDriver]:
-    """Chromium, logged in: it has opened the printed login URL, which set the UI's cookie."""
+def browser(ui: UI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    """Chromium, logged in: it has opened the printed login URL, which set the UI's cookie.
+
+    Its temporary files (its shared memory, with ``--disable-dev-shm-usage``) go to a directory of the
+    session's (``TMPDIR``): Chromium leaves a ``/tmp/org.chromium.Chromium.*`` behind at every quit otherwise.
+    """
     options = Options()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(argument)  # no sandbox: the tests run as root, which Chromium's sandbox refuses
     options.add_argument(f"--window-size={WINDOW[0]},{WINDOW[1]}")
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    env = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER, env=env), options=options)
     driver.set_page_load_timeout(WAIT_S)
     try:
         log_in(driver, ui)

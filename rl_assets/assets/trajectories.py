@@ -86,6 +86,8 @@ def trajectory_of(unit: UnitRun, state: Stores, world_store: WorldStoreResource)
         )
     elif source != "reused":
         state.trials.cache_rollout(experiment, identity, trajectory)  # the experiment's own copy from now on
+    else:
+        state.attempts.settle_cut_off(experiment, spec.trial_id, identity)
     state.trials.save_trajectory(experiment, step, slot, trajectory)
     return dg.MaterializeResult(
         metadata={
@@ -187,8 +189,8 @@ def _generate(
         transcript=rollout.transcript,
         verifier=rollout.verifier,
     )
-    # Stored before the attempt is called ok: a kill in between leaves an attempt that was cut off (its calls
-    # wasted, and paid again by the rerun), never an ok attempt whose rollout is lost.
+    # Stored before the attempt is called ok: a kill in between never leaves an ok attempt whose rollout is
+    # lost; the rerun reuses the stored rollout and calls the attempt ok then (nothing is paid again).
     state.trials.cache_rollout(config.name, identity, trajectory)
     state.attempts.finish_generation(attempt_id, "ok")
     return trajectory, fork_kind

@@ -42,6 +42,17 @@ class AttemptLog:
                 (outcome, error, attempt_id),
             )
 
+    def settle_cut_off(self, experiment: str, trial_id: str, identity: str) -> None:
+        """Call ok a trial's attempts of ``identity`` that are still running: a kill landed after one stored its
+        rollout and before it was called ok. Its rollout is the one reused, so its calls were not wasted and
+        are not paid again (:meth:`~rl_assets.stores.model_calls.ModelCallLedger.wasted_calls`)."""
+        with self.db.transaction() as cur:
+            cur.execute(
+                "UPDATE rl_generation_attempts SET outcome = 'ok', finished_at = now() "
+                "WHERE experiment = %s AND trial_id = %s AND identity = %s AND outcome = 'running'",
+                (experiment, trial_id, identity),
+            )
+
     def record_judging(
         self, experiment: str, trial_id: str, attempt: int, key: str, cache_hit: bool | None, outcome: str
     ) -> None:
