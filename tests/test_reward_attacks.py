@@ -525,17 +525,18 @@ from rl_assets.tasks.task import load_task
 task = load_task(Path(%(task)r))
 seen = {}
 for name, stats in %(forgeries)r.items():
-    root = Path(tempfile.mkdtemp())
-    shutil.copytree(task.path / "environment", root / "world")
-    for d in ("upper", "work", "merged"):
-        (root / d).mkdir()
-    fork = ForkLayout(kind="overlay", lower=str(root / "world"), upper=str(root / "upper"),
-                      work=str(root / "work"), merged=str(root / "merged"))
-    with task_shell(task, fork) as shell:
-        shell.run("cat > stats.py <<'EOF'\\n" + stats + "\\nEOF", 10)
-        shell.run("ln -s /tests/test_stats.py peek.py", 10)
-        result = verify(shell, task)
-        seen[name] = [result.reward, result.provenance, result.neutralised]
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as scratch:
+        root = Path(scratch)
+        shutil.copytree(task.path / "environment", root / "world")
+        for d in ("upper", "work", "merged"):
+            (root / d).mkdir()
+        fork = ForkLayout(kind="overlay", lower=str(root / "world"), upper=str(root / "upper"),
+                          work=str(root / "work"), merged=str(root / "merged"))
+        with task_shell(task, fork) as shell:
+            shell.run("cat > stats.py <<'EOF'\\n" + stats + "\\nEOF", 10)
+            shell.run("ln -s /tests/test_stats.py peek.py", 10)
+            result = verify(shell, task)
+            seen[name] = [result.reward, result.provenance, result.neutralised]
 print(json.dumps(seen))
 """
 

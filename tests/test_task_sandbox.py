@@ -277,21 +277,22 @@ from rl_assets.sandbox.task_trial import run_oracle
 from rl_assets.tasks.task import load_task
 
 seen = {"oracle": run_oracle(load_task(Path(%(task)r))).reward}
-root = Path(tempfile.mkdtemp())
-(root / "world").mkdir()
-(root / "world" / "given.txt").write_text("given\\n")
-(root / "world" / "given.txt").chmod(0o444)
-for d in ("upper", "work", "merged"):
-    (root / d).mkdir()
-fork = ForkLayout(kind="overlay", lower=str(root / "world"), upper=str(root / "upper"), work=str(root / "work"),
-                  merged=str(root / "merged"))
-with TaskShell(fork) as shell:
-    seen["id"] = shell.run("id -un; id -u", 10).output
-    seen["edit"] = shell.run("echo edited >> given.txt && cat given.txt", 10).output
-    seen["outside"] = shell.run(f"ls {root}", 10).exit_code
-    seen["background"] = shell.run("sleep 1000 & echo started", 10).output
-    seen["left"] = os.popen(f"ps --ppid {shell.keeper_pid} -o pid=").read()
-seen["world"] = (root / "world" / "given.txt").read_text()
+with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as scratch:
+    root = Path(scratch)
+    (root / "world").mkdir()
+    (root / "world" / "given.txt").write_text("given\\n")
+    (root / "world" / "given.txt").chmod(0o444)
+    for d in ("upper", "work", "merged"):
+        (root / d).mkdir()
+    fork = ForkLayout(kind="overlay", lower=str(root / "world"), upper=str(root / "upper"),
+                      work=str(root / "work"), merged=str(root / "merged"))
+    with TaskShell(fork) as shell:
+        seen["id"] = shell.run("id -un; id -u", 10).output
+        seen["edit"] = shell.run("echo edited >> given.txt && cat given.txt", 10).output
+        seen["outside"] = shell.run(f"ls {root}", 10).exit_code
+        seen["background"] = shell.run("sleep 1000 & echo started", 10).output
+        seen["left"] = os.popen(f"ps --ppid {shell.keeper_pid} -o pid=").read()
+    seen["world"] = (root / "world" / "given.txt").read_text()
 print(json.dumps(seen))
 """
 
