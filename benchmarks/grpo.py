@@ -5,8 +5,10 @@
 
 For each model, on one thread with deterministic kernels (as the actor and the policy server run):
 
-- ``generate_tok_s``: tokens per second of the policy server's seeded sampling (KV cache, one request at a
-  time), answering the learnable task's prompt ``--requests`` times with ``--tokens`` tokens each;
+- ``generate_tok_s``: tokens per second of the policy server's seeded sampling (KV cache), answering the
+  learnable task's prompt ``--requests`` times with ``--tokens`` tokens at most, all asked at once as a GRPO
+  group's samples are (decoded ``WIDTH`` at a time); ``stream_tok_s`` the same requests one at a time, and
+  ``batch_invariant`` whether each request got the same tokens both ways (it must);
 - ``bare_step_s``: one GRPO optimiser step (:func:`rl_assets.workloads.grpo.loss.grpo_step`) on those
   ``--requests`` samples, the median of ``--steps`` steps;
 - ``durable_step_s``: the same step plus what the trainer adds to make it durable: the checkpoint
@@ -39,7 +41,8 @@ from typing import Any
 
 from rl_assets.domain.transcripts import Message
 from rl_assets.workloads.grpo import checkpoint
-from rl_assets.workloads.grpo.generation import sample, stop_ids
+from rl_assets.workloads.grpo.batched_sampling import Request, sample_together
+from rl_assets.workloads.grpo.generation import stop_ids
 from rl_assets.workloads.grpo.loss import grpo_step
 from rl_assets.workloads.grpo.model import deterministic, load_base
 from rl_assets.workloads.grpo.samples import Sample
@@ -91,8 +94,12 @@ def measure(base: str, requests: int, tokens: int, steps: int, lr: float) -> dic
         [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=INSTRUCTION.read_text())]
     )
     model.eval()
+    stops, asked = stop_ids(model), [Request(tuple(prompt), tokens, 1.0, seed) for seed in range(requests)]
     start = time.perf_counter()
-    generated = [sample(model, prompt, stop_ids(model), tokens, 1.0, seed) for seed in range(requests)]
+    alone = [sample_together(model, stops, [r])[0] for r in asked]
+    stream_s = time.perf_counter() - start
+    start = time.perf_counter()
+    generated = sample_together(model, stops, asked)
     generate_s = time.perf_counter() - start
     produced = sum(len(g.token_ids) for g in generated)
     samples = [
@@ -119,7 +126,9 @@ def measure(base: str, requests: int, tokens: int, steps: int, lr: float) -> dic
         "load_s": round(load_s, 2),
         "prompt_tokens": len(prompt),
         "generated_tokens": produced,
+        "stream_tok_s": round(produced / stream_s, 1),
         "generate_tok_s": round(produced / generate_s, 1),
+        "batch_invariant": alone == generated,
         "bare_step_s": round(bare_s, 3),
         "durable_step_s": round(durable_s, 3),
         "durable_ratio": round(durable_s / bare_s, 3),

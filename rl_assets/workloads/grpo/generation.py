@@ -1,19 +1,21 @@
-"""A policy's answers: its weights loaded from a checkpoint, and seeded sampling with each token's logprob.
+"""A policy's answers: its weights loaded from a checkpoint, and its sampled tokens read back as a message.
 
 This is what the home's policy server (:mod:`rl_assets.workloads.grpo.serving`) runs for every chat
 completion, and what makes its rollouts trainable: the completion's token ids and the logprob of each
-under the sampling distribution are exactly what the GRPO update's importance ratios are taken against.
+under the sampling distribution (:mod:`rl_assets.workloads.grpo.batched_sampling`) are exactly what the GRPO
+update's importance ratios are taken against.
 
 Sampling is seeded per request (the OpenAI ``seed`` field) on a generator of its own, on one thread with
-deterministic kernels, so a request asked again (a retried trial, a rerun after a crash) gets the same
-tokens: a trial's trajectory does not depend on how many times it was attempted.
+deterministic kernels and batch-invariant steps, so a request asked again (a retried trial, a rerun after a
+crash) gets the same tokens: a trial's trajectory does not depend on how many times it was attempted, nor on
+which requests it shared the model with.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,41 +52,6 @@ def load_policy(lm: LanguageModelPolicy, models: Path) -> tuple[Any, ChatTokeniz
         copy_weights(model, checkpoint.read(models, lm.checkpoint), lm)
     model.eval()
     return model, tokenizer
-
-
-@dataclass(frozen=True)
-class Generated:
-    """One sampled completion: its token ids (the stop token included), their logprobs, why it ended."""
-
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    finish_reason: str
-    """``stop`` (the model ended its turn) or ``length`` (``max_tokens`` reached)."""
-
-
-def sample(
-    model: Any, prompt_ids: Sequence[int], stop_ids: Collection[int], max_tokens: int, temperature: float, seed: int
-) -> Generated:
-    """Sample up to ``max_tokens`` tokens after ``prompt_ids`` at ``temperature`` from a generator seeded ``seed``.
-
-    Each logprob is the token's under the distribution it was drawn from (the logits over ``temperature``);
-    at temperature 1, the one the trainer's importance ratio compares against.
-    """
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    ids, logprobs = [], []
-    with torch.no_grad():
-        out = model(torch.tensor([list(prompt_ids)]), use_cache=True)
-        for _ in range(max_tokens):
-            dist = torch.log_softmax(out.logits[0, -1].float() / temperature, dim=-1)
-            token = int(torch.multinomial(dist.exp(), 1, generator=generator))
-            ids.append(token)
-            logprobs.append(float(dist[token]))
-            if token in stop_ids:
-                return Generated(tuple(ids), tuple(logprobs), "stop")
-            out = model(torch.tensor([[token]]), cache=out.cache, use_cache=True)
-    return Generated(tuple(ids), tuple(logprobs), "length")
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ which checkpoint that is, and the server loads it on first use (the last one sta
 the same contract in production by serving each step's weights under a name of their own (a LoRA
 adapter loaded with ``POST /v1/load_lora_adapter``, ``--enable-lora``), the name being the version.
 
-Generation is seeded by the request's ``seed`` (:mod:`rl_assets.workloads.grpo.generation`), one request
-at a time: the model is small and the CPU is the trainer's too.
+Generation is seeded by the request's ``seed``. Concurrent requests (a group's samples) are decoded together,
+up to :data:`~rl_assets.workloads.grpo.batched_sampling.WIDTH` in one forward pass, each token for token as it
+would be alone (:mod:`rl_assets.workloads.grpo.batched_sampling`), on one thread: the CPU is the trainer's too.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from typing import Any
 from rl_assets.domain.experiment import LOCAL_POLICY_MODEL
 from rl_assets.domain.models import Policy
 from rl_assets.domain.transcripts import Message, ToolCall
-from rl_assets.workloads.grpo.generation import load_policy, parse_answer, sample, stop_ids
+from rl_assets.workloads.grpo.batched_sampling import Request, Sampler
+from rl_assets.workloads.grpo.generation import load_policy, parse_answer, stop_ids
 from rl_assets.workloads.grpo.model import deterministic
 
 DEFAULT_MAX_TOKENS = 64
@@ -104,14 +106,19 @@ class PolicyServer:
         self.models = home / "artifacts" / "models"
         self.lookup = lookup
         self._lock = threading.Lock()
-        self._loaded: tuple[str, Any, Any] | None = None  # (policy hash, model, tokenizer)
+        self._loaded: tuple[str, Any, Any, Sampler] | None = None  # (policy hash, model, tokenizer, its sampler)
 
-    def _model(self, policy: Policy) -> tuple[Any, Any]:
+    def _model(self, policy: Policy) -> tuple[Any, Any, Sampler]:
+        """The policy's model, tokenizer and sampler; another policy's are replaced once their answers are out."""
         if self._loaded is None or self._loaded[0] != policy.content_hash:
             if policy.lm is None:
                 raise Refusal(404, "the requested policy is not a language model's")
-            self._loaded = (policy.content_hash, *load_policy(policy.lm, self.models))
-        return self._loaded[1], self._loaded[2]
+            if self._loaded is not None:
+                self._loaded[3].close()
+                self._loaded = None
+            model, tokenizer = load_policy(policy.lm, self.models)
+            self._loaded = (policy.content_hash, model, tokenizer, Sampler(model, stop_ids(model)))
+        return self._loaded[1:]
 
     def complete(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("model") != LOCAL_POLICY_MODEL:
@@ -130,12 +137,13 @@ class PolicyServer:
             raise Refusal(400, "max_tokens must be at least 1 and temperature above 0")
         with self._lock:
             policy = self.lookup.policy(experiment, version)
-            model, tokenizer = self._model(policy)
+            model, tokenizer, sampler = self._model(policy)
             prompt = tokenizer.prompt_ids(messages, offered)
             room = model.config.max_position_embeddings - len(prompt)
             if room < 1:
                 raise Refusal(400, f"the prompt is {len(prompt)} tokens, the model's context is full")
-            generated = sample(model, prompt, stop_ids(model), min(max_tokens, room), temperature, seed)
+            pending = sampler.submit(Request(tuple(prompt), min(max_tokens, room), temperature, seed))
+        generated = pending.result()
         answer = parse_answer(tokenizer, generated.token_ids, tools)
         finish = "tool_calls" if answer.tool_calls else generated.finish_reason
         return {
