@@ -47,7 +47,7 @@ what was judged. A trial without a model call that produced tokens has no entry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -137,18 +137,21 @@ def _tokenizer(config: ExperimentConfig, tokenizer_dir: Path | None) -> tuple[Ch
                 f"--tokenizer: experiment {config.name!r} trains its own model ({config.model}), whose tokenizer "
                 "its export uses"
             )
-        where, base = "--tokenizer", str(tokenizer_dir)
-    elif config.trainer == "grpo" and config.model is not None:
-        where, base = "--model", config.model
-    else:
-        return None, None
+        return _loaded("--tokenizer", str(tokenizer_dir), lambda: load_tokenizer(tokenizer_dir)), None
+    if config.trainer == "grpo" and config.model is not None:
+        model = config.model
+        return _loaded("--model", model, lambda: base_tokenizer(model)), SERVED_MODEL
+    return None, None
+
+
+def _loaded(where: str, base: str, load: Callable[[], ChatTokenizer]) -> ChatTokenizer:
+    """``load()``, its failure an :class:`ExportError` naming the option it came from."""
     try:
-        tokenizer = base_tokenizer(base) if where == "--model" else load_tokenizer(Path(base))
+        return load()
     except ImportError:
         raise ExportError(f"{where}: loading a tokenizer needs transformers: pip install 'rl-assets[llm]'") from None
     except (OSError, ValueError) as err:
         raise ExportError(f"the tokenizer of {where} {base} does not load: {_first_line(err)}") from None
-    return tokenizer, SERVED_MODEL if where == "--model" else None
 
 
 def skyrl_output(

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from chat_checkpoints import chat_checkpoint
 
 from rl_assets.home import Home
 from rl_assets.services.policy_server import LocalPolicyServer
@@ -43,7 +44,8 @@ from rl_assets.testing.expectations import run_cli, train_json
 from rl_assets.testing.skyrl_validator import validate_generator_output
 from rl_assets.workloads.grpo import checkpoint
 
-TASK = Path(__file__).resolve().parents[1] / "examples" / "learnable" / "lowercase-letters"
+ROOT = Path(__file__).resolve().parents[1]
+TASK = ROOT / "examples" / "learnable" / "lowercase-letters"
 NAME = "learnable"
 RUBRIC = "task-done"
 SAMPLES = 8
@@ -177,3 +179,30 @@ def test_the_served_rollouts_export_for_skyrl_with_their_sampling_logprobs(train
         assert output["response_ids"][k] == list(turn.token_ids)
         assert output["rollout_logprobs"][k] == list(turn.logprobs)
         assert output["prompt_token_ids"][k] == list(turn.prompt_token_ids)
+
+
+def test_a_checkpoint_with_a_chat_template_trains_through_the_learning_benchmark(home, stores, tmp_path):
+    """SmolLM2's path at the tiny model's cost: ``benchmarks/learning_curve.py`` on a checkpoint directory with a
+    real tokenizer and ChatML template (content only, as SmolLM2's), served by the home and trained by GRPO,
+    its learning run and its lr-0 control each reported step by step."""
+    model = chat_checkpoint(tmp_path / "chatml")
+    done = subprocess.run(
+        [
+            *(sys.executable, str(ROOT / "benchmarks" / "learning_curve.py"), "--model", str(model)),
+            *("--home", str(home), "--steps", "2", "--samples", "2", "--seeds", "0", "--lr", "0.01"),
+            *("--max-tokens", "8", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    learning, control = summary["runs"]
+    assert (learning["lr"], control["lr"]) == (0.01, 0.0)
+    assert len(learning["step_means"]) == len(control["step_means"]) == 2
+    assert summary["noise"] == abs(control["margin"])
+    assert summary["learned"] == (learning["margin"] > summary["noise"])
+    for run in (learning, control):
+        rows = stores.training.steps(run["experiment"], RUBRIC)
+        assert [r.step for r in rows] == [0, 1], "each step applied exactly once"

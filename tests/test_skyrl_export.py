@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from chat_checkpoints import BASH, CALLS_NOT_TEXT, CONTENT_ONLY, NATIVE_TOOLS, chat_tokenizer
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.skyrl_export import ExportError, skyrl_output
@@ -86,44 +87,6 @@ def test_the_transcribed_validator_refuses_what_skyrl_refuses(tmp_path, damage):
         validate_generator_output(len(trials), output, step_wise=True)
 
 
-CONTENT_ONLY = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-"""ChatML rendering ``content`` alone, as SmolLM2-Instruct's template does: tool calls and tools vanish."""
-NATIVE_TOOLS = (
-    "{% if tools %}<|im_start|>system\nTOOLS {{ tools | tojson }}<|im_end|>\n{% endif %}"
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-"""Tools and tool calls rendered by the template itself (Qwen's and Hermes' way)."""
-CALLS_NOT_TEXT = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
-    "{% if m.role != 'assistant' %}{{ m.content }}{% endif %}"
-    "{% for c in m.tool_calls or [] %}{{ c.function | tojson }}{% endfor %}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-"""A broken template: an assistant's tool calls rendered, its text never."""
-BASH = {"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {}}}
-
-
-def _checkpoint_tokenizer(directory, template: str):
-    """A byte-level BPE tokenizer with ChatML's specials and ``template``, saved as a checkpoint directory's."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    backend = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|im_end|>")
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
-    tokenizer.chat_template = template
-    tokenizer.save_pretrained(directory)
-    return directory
-
-
 def _load(directory):
     from rl_assets.workloads.grpo.tokenizer import load_tokenizer
 
@@ -132,7 +95,7 @@ def _load(directory):
 
 def test_a_template_without_tools_gets_them_as_hermes_blocks_and_a_system_message(tmp_path):
     trials = _trials(tmp_path / "store", steps=[0])  # llama.cpp's way: no token ids recorded
-    checkpoint = _checkpoint_tokenizer(tmp_path / "smol", CONTENT_ONLY)
+    checkpoint = chat_tokenizer(tmp_path / "smol", CONTENT_ONLY)
     output = skyrl_output(_no_model_config(), trials, checkpoint)
     validate_generator_output(len(trials), output, step_wise=True)
     tokenizer = _load(checkpoint)
@@ -147,7 +110,7 @@ def test_a_template_without_tools_gets_them_as_hermes_blocks_and_a_system_messag
 
 def test_a_template_with_tools_renders_them_itself(tmp_path):
     trials = _trials(tmp_path / "store", steps=[0])
-    tokenizer = _load(_checkpoint_tokenizer(tmp_path / "qwenish", NATIVE_TOOLS))
+    tokenizer = _load(chat_tokenizer(tmp_path / "qwenish", NATIVE_TOOLS))
     (_, trajectory), *_ = trials
     messages = trajectory.transcript.messages
     prompt = tokenizer.decode(tokenizer.prompt_ids(messages[:1], [BASH]))
@@ -158,7 +121,7 @@ def test_a_template_with_tools_renders_them_itself(tmp_path):
 
 def test_a_template_that_drops_an_answer_is_refused_naming_the_model_and_the_call(tmp_path):
     trials = _trials(tmp_path / "store", steps=[0])
-    checkpoint = _checkpoint_tokenizer(tmp_path / "broken", CALLS_NOT_TEXT)
+    checkpoint = chat_tokenizer(tmp_path / "broken", CALLS_NOT_TEXT)
     with pytest.raises(ExportError) as err:
         skyrl_output(_no_model_config(), trials, checkpoint)
     message = str(err.value)
@@ -171,7 +134,7 @@ def test_the_trainer_refuses_the_same_template(tmp_path):
     from rl_assets.workloads.grpo.samples import trajectory_samples
 
     ((_, trajectory), *_) = _trials(tmp_path / "store", steps=[0])
-    tokenizer = _load(_checkpoint_tokenizer(tmp_path / "broken", CALLS_NOT_TEXT))
+    tokenizer = _load(chat_tokenizer(tmp_path / "broken", CALLS_NOT_TEXT))
     with pytest.raises(ValueError, match="drops the text of trajectory s0-greet-n0"):
         trajectory_samples(trajectory, 1.0, tokenizer, SERVED_MODEL, 512)
 
