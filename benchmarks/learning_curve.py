@@ -90,7 +90,7 @@ def main() -> None:
         for seed in args.seeds:
             task = seeded_task(args.task, seed, scratch)
             for lr in (args.lr, 0.0) if args.control else (args.lr,):
-                run = train(home, f"learn-s{seed}-lr{lr:g}", task, args, lr)
+                run = train(home, f"learn-s{seed}-{'control' if lr == 0 else 'grpo'}", task, args, lr)
                 runs.append(run)
                 print(json.dumps(run), file=sys.stderr, flush=True)
     finally:
