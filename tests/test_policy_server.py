@@ -19,7 +19,9 @@ the home's policy server from the previous step's checkpoint (a module fixture, 
 - **a killed server changes nothing**: a second experiment of the same config whose server is SIGKILLed
   mid-rollout of its second step ends that step on the same checkpoint, byte for byte (its attempts
   restart the server);
-- **the rollouts export for SkyRL with their sampling logprobs**, lengths lined up as SkyRL's validator wants.
+- **the rollouts export for SkyRL with their sampling logprobs**, lengths lined up as SkyRL's validator wants;
+- **a checkpoint with a real tokenizer and chat template** trains through ``benchmarks/learning_curve.py`` (the
+  path SmolLM2's learning curve is measured on, at tiny scale).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -41,6 +42,7 @@ from chat_checkpoints import chat_checkpoint
 from rl_assets.home import Home
 from rl_assets.services.policy_server import LocalPolicyServer
 from rl_assets.testing.expectations import run_cli, train_json
+from rl_assets.testing.kills import wait_for
 from rl_assets.testing.skyrl_validator import validate_generator_output
 from rl_assets.workloads.grpo import checkpoint
 
@@ -137,13 +139,6 @@ def test_the_server_answers_the_current_version_only_and_only_to_the_homes_key(t
     assert _ask(address, 6, 1)[1] == answer, "a seed is answered alike"
 
 
-def _wait_for(condition, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)  # polling a condition on the home's records, not a timed wait
-
-
 def test_a_server_killed_mid_rollout_leaves_the_checkpoint_byte_identical(trained, home, stores):
     killed = f"{NAME}-killed"
     server = LocalPolicyServer(Home(home))
@@ -155,7 +150,12 @@ def test_a_server_killed_mid_rollout_leaves_the_checkpoint_byte_identical(traine
         text=True,
     )
     try:
-        _wait_for(lambda: stores.model_calls.calls(killed, "policy") >= SAMPLES + 2, "step 1's rollouts")
+        wait_for(
+            lambda: stores.model_calls.calls(killed, "policy") >= SAMPLES + 2,
+            "step 1's rollouts",
+            DEADLINE_S,
+            while_running=train,
+        )
         victim = server.ensure_running().pid
         os.kill(victim, signal.SIGKILL)
         out, err = train.communicate(timeout=DEADLINE_S)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
 
 from rl_assets.home import Home
 from rl_assets.services.postgres import EmbeddedPostgres
 from rl_assets.testing.expectations import table_of
+from rl_assets.testing.kills import wait_for
 
 CLEAN = [(1.601, 4.67, 6), (2.323, 2.17, 6), (2.352, 1.67, 6)]
 
@@ -29,10 +29,8 @@ def test_chaos_run_survives_a_driver_kill_and_a_postgres_restart(home, stores, i
         text=True,
         stdin=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 600
-    while stores.training.get("pgrestart", "v1", 0) is None:  # mid-run: step 0 trained, step 1 rolling out
-        assert train.poll() is None and time.monotonic() < deadline, "train ended before step 0 was trained"
-        time.sleep(0.5)
+    # mid-run: step 0 trained, step 1 rolling out
+    wait_for(lambda: stores.training.get("pgrestart", "v1", 0), "step 0 trained", 600, while_running=train)
 
     server = EmbeddedPostgres(Home(home))
     port = server.info().port

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -26,6 +25,7 @@ from rl_assets.home import Home
 from rl_assets.rubric_observer import DATA_VERSION_TAG, OBSERVE_INTERVAL_S, last_observed_version
 from rl_assets.services.daemon import LocalDaemon
 from rl_assets.testing.expectations import cli_args, run_cli
+from rl_assets.testing.kills import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "observed"
@@ -40,10 +40,7 @@ def daemon(home: Path) -> int:
 
 
 def _wait_for_version(instance: dg.DagsterInstance, version: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while (seen := last_observed_version(instance)) != version:
-        assert time.monotonic() < deadline, f"rubrics observed at {seen}, not {version}, after {timeout:.0f}s"
-        time.sleep(1.0)  # polling the event log: the daemon's tick is the event
+    wait_for(lambda: last_observed_version(instance) == version, f"rubrics observed at {version}", timeout)
 
 
 def test_the_registry_is_observed_by_default_and_a_new_rubric_makes_rewards_stale(home, daemon, stores, instance):
