@@ -6,8 +6,10 @@
 For each seed, one experiment trains ``--model`` on a copy of ``--task`` named ``<task>-s<seed>``. Sampling
 is seeded by the trial id, which holds the task's name, so each seed is a stream of samples of its own (the
 same seed is the same run, byte for byte). Every experiment is trained ``--steps`` steps of ``--samples``
-one-turn trials in one home, then again at lr 0 (``--control``), a policy that cannot learn: the spread of
-its margins is the seed-to-seed noise a learning margin must clear.
+one-turn trials, then again at lr 0 (``--control``), a policy that cannot learn: the spread of its margins
+is the seed-to-seed noise a learning margin must clear. Each run has a fresh home of its own, stopped after
+it (``--home`` puts them all in one): an experiment's trainer actor keeps its model and optimiser in memory
+(about 3 GB for SmolLM2), and two cores and 24 GB hold three or so.
 
 Per run it reports the mean reward of each step and the **margin**: the mean of the last two steps less
 the mean of the first two. The summary gives the learning runs' margins, the control's, ``noise`` (the
@@ -61,6 +63,10 @@ def train(home: Path, experiment: str, task: Path, args: argparse.Namespace, lr:
     return {"experiment": experiment, "lr": lr, "step_means": means, "margin": round(margin, 4), "wall_s": round(wall)}
 
 
+def stop(home: Path) -> None:
+    subprocess.run([sys.executable, "-m", "rl_assets.cli", "stop", "--home", str(home)], capture_output=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="smollm2, tiny, or a checkpoint directory")
@@ -72,7 +78,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=24, help="the policy's answer length at most")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--no-control", dest="control", action="store_false", help="skip the lr 0 runs")
-    parser.add_argument("--home", type=Path, help="a home to use (default: a fresh one, removed at the end)")
+    parser.add_argument(
+        "--home", type=Path, help="one home for every run (default: a fresh home a run, stopped after it)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.model == "smollm2":
@@ -84,18 +92,20 @@ def main() -> None:
         args.model_path = args.model
     scratch = Path(tempfile.mkdtemp(prefix="rl-assets-learning-"))
     scratch.chmod(0o755)  # the home's Postgres runs as its own system user, and must reach the home
-    home = args.home or scratch / "home"
     runs: list[dict[str, Any]] = []
     try:
         for seed in args.seeds:
             task = seeded_task(args.task, seed, scratch)
             for lr in (args.lr, 0.0) if args.control else (args.lr,):
-                run = train(home, f"learn-s{seed}-{'control' if lr == 0 else 'grpo'}", task, args, lr)
-                runs.append(run)
-                print(json.dumps(run), file=sys.stderr, flush=True)
+                name = f"learn-s{seed}-{'control' if lr == 0 else 'grpo'}"
+                home = args.home or scratch / name
+                try:
+                    runs.append(train(home, name, task, args, lr))
+                finally:
+                    if args.home is None:  # its trainer actor holds the model and its optimiser: free them
+                        stop(home)
+                print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     finally:
-        if args.home is None:
-            subprocess.run([sys.executable, "-m", "rl_assets.cli", "stop", "--home", str(home)], capture_output=True)
         shutil.rmtree(scratch, ignore_errors=True)
     learning = [r["margin"] for r in runs if r["lr"] == args.lr]
     control = [r["margin"] for r in runs if r["lr"] == 0.0]
