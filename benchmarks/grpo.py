@@ -96,7 +96,7 @@ def measure(base: str, requests: int, tokens: int, steps: int, lr: float) -> dic
     model.eval()
     stops, asked = stop_ids(model), [Request(tuple(prompt), tokens, 1.0, seed) for seed in range(requests)]
     start = time.perf_counter()
-    alone = [sample_together(model, stops, [r])[0] for r in asked]
+    alone = [sample_together(model, stops, [r])[0] for r in asked]  # each alone: the stream's speed
     stream_s = time.perf_counter() - start
     start = time.perf_counter()
     generated = sample_together(model, stops, asked)

@@ -201,9 +201,9 @@ def sample(
 
 def sample_together(model: Any, stop_ids: Collection[int], requests: Sequence[Request]) -> list[Generated]:
     """``requests`` answered :data:`WIDTH` at a time in the caller's thread, each as if alone."""
-    slots, pending = Slots(model, stop_ids), list(requests)
+    slots = Slots(model, stop_ids)
     answers: list[Future[Generated]] = [Future() for _ in requests]
-    waiting = list(zip(pending, answers, strict=True))
+    waiting = list(zip(requests, answers, strict=True))
     while waiting or slots.rows:
         while waiting and slots.free():
             slots.admit(*waiting.pop(0))
