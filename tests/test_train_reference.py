@@ -7,9 +7,11 @@ import subprocess
 import sys
 
 import dagster as dg
+import psutil
 
 from rl_assets.tags import EXPERIMENT_TAG
 from rl_assets.testing.expectations import run_cli, train_json
+from rl_assets.testing.kills import wait_for
 
 
 def test_reference_run_reproduces_the_clean_table(home, stores, instance):
@@ -35,6 +37,9 @@ def test_reference_run_reproduces_the_clean_table(home, stores, instance):
     }
     pids = {s["actor_pid"] for s in result["steps"]}
     assert len(pids) == 1, "every step is applied by the same warm trainer actor"
+    # ... which ends once the last step is in the ledger: a finished experiment holds no trainer memory.
+    (pid,) = pids
+    wait_for(lambda: not _trainer_actor_alive(pid), "the trainer actor to end after the last step")
 
     # Durable records agree with the printed counts: the judge ledger has one call per trial, all done.
     with stores.db.transaction() as cur:
@@ -82,6 +87,13 @@ def test_status_reads_the_drivers_note_and_the_ledgers_and_loads_no_orchestratio
     proc = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     lines = proc.stdout.splitlines()
     assert lines[0] == "ref: 3/3 steps trained (rubric v1)" and lines[-1] == "[]", proc.stdout
+
+
+def _trainer_actor_alive(pid: int) -> bool:
+    try:
+        return "TrainerActor" in " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:  # gone (or a zombie being reaped)
+        return False
 
 
 def _ref_trials() -> set[str]:

@@ -84,6 +84,8 @@ def _train_step(
         context.log.info(f"applied {where}: version {policy.version} by actor {applied.actor_pid}")
     else:
         context.log.info(f"{where} was already applied; reusing its checkpoint")
+    if step == config.steps - 1 and trainer.release(config.name):
+        context.log.info(f"{where} was the chain's last: ended the trainer actor of {config.name}, freeing its memory")
     summary = StepSummary.of_batch(config, step, batch)
     state.training.summarize(summary)
     mean_reward, mean_turns, planned = summary.mean_reward, summary.mean_turns, summary.trials_planned

@@ -74,6 +74,11 @@ def _replace(actor, name: str) -> None:
     raise RuntimeError(f"the outdated trainer actor {name!r} was killed but its name was not freed")
 
 
+def actor_name(experiment: str) -> str:
+    """The detached actor that trains ``experiment`` (every rubric's chain of it), by name on the cluster."""
+    return f"trainer-{experiment}"
+
+
 class TrainerResource(dg.ConfigurableResource):
     """Connects to a Ray cluster (the home's head, or KubeRay) and drives the actor."""
 
@@ -84,10 +89,8 @@ class TrainerResource(dg.ConfigurableResource):
     _current: set[str] = PrivateAttr(default_factory=set)
     """Experiments whose actor this process has seen answer with the current interface."""
 
-    def _actor(self, experiment: str):
+    def _connect(self) -> None:
         import ray
-
-        from rl_assets.trainer_actor import TrainerActor
 
         if not self._connected:
             ray.init(
@@ -98,7 +101,12 @@ class TrainerResource(dg.ConfigurableResource):
                 logging_level="WARNING",
             )
             self._connected = True
-        name = f"trainer-{experiment}"
+
+    def _actor(self, experiment: str):
+        from rl_assets.trainer_actor import TrainerActor
+
+        self._connect()
+        name = actor_name(experiment)
         actor = TrainerActor.options(name=name, lifetime="detached", get_if_exists=True).remote()
         if experiment not in self._current:
             if not _speaks_current_interface(actor):
@@ -106,6 +114,26 @@ class TrainerResource(dg.ConfigurableResource):
                 actor = TrainerActor.options(name=name, lifetime="detached", get_if_exists=True).remote()
             self._current.add(experiment)
         return actor
+
+    def release(self, experiment: str) -> bool:
+        """End the experiment's actor, if it lives; True if one was ended.
+
+        Called once a chain's last step is in the ledger: the actor holds the policy (a language model and
+        its optimiser, gigabytes) only to keep the next step warm, and a home that trains one experiment
+        after another would otherwise keep every finished one's in memory until ``rl-assets stop``. A later
+        re-scoring starts a new actor from the checkpoints, as after a lost one; a step another chain of the
+        experiment is applying meanwhile fails with the actor and is retried, from its parent, once.
+        """
+        import ray
+
+        self._connect()
+        try:
+            actor = ray.get_actor(actor_name(experiment))
+        except ValueError:  # no such actor: never started here, or already ended
+            return False
+        ray.kill(actor, no_restart=True)
+        self._current.discard(experiment)
+        return True
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._connected:
