@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 import types
@@ -275,7 +276,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     _follow(home, stores, config, audit_all=args.audit)
     _print_result(experiment_result(stores, config, per_trial=True), args.json, format_table)
+    if not args.json:
+        _next_steps(args, config)
     return _all_failed(failed_steps(stores, config))
+
+
+def _next_steps(args: argparse.Namespace, config: ExperimentConfig) -> None:
+    """Where to look next, on stderr (stdout is the table): the evidence, a trial, and the UI."""
+    home = f" --home {shlex.quote(args.home)}" if args.home else ""
+    print(
+        f"next: `rl-assets report --experiment {config.name}{home}` (retries, judge calls, every trial), "
+        f"`rl-assets show TRIAL --experiment {config.name}{home}` (a transcript), "
+        f"`rl-assets dev{home}` (the UI: asset graph, partition grid, transcripts)",
+        file=sys.stderr,
+    )
 
 
 def _all_failed(steps: dict[int, Counter[str]]) -> int:

@@ -62,3 +62,15 @@ def test_every_command_prints_its_help(command):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(f"usage: rl-assets {command}")
+
+
+def test_train_ends_by_saying_where_to_look_next_on_stderr(capsys):
+    from rl_assets.cli import _next_steps, build_parser
+    from rl_assets.domain.experiment import ExperimentConfig
+
+    args = build_parser().parse_args(["train", "--experiment", "demo", "--home", "/tmp/my home"])
+    _next_steps(args, ExperimentConfig(name="demo"))
+    out, err = capsys.readouterr()
+    assert out == "", "stdout stays the table alone"
+    assert "`rl-assets report --experiment demo --home '/tmp/my home'`" in err
+    assert "`rl-assets dev --home '/tmp/my home'` (the UI" in err
