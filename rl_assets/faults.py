@@ -10,7 +10,7 @@ and is survived by the retry that follows, so results never depend on faults.
   paid for and not call the judge again.
 - Environment: a rollout attempt fails or hangs inside its sandbox. The
   failure is decided by the trial's fault draw, which is the first draw of the
-  agent's own seeded stream (reference-workload.md, "Trials", step 2) and is
+  agent's own seeded stream (docs/reference-workload.md, "Trials", step 2) and is
   made in the sandbox, so the wrapper only sets the request's ``fail_below``
   and ``hang``, and the sandboxed agent acts on them at that draw.
 """

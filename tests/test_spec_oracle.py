@@ -1,4 +1,4 @@
-"""The spec oracle against every number of reference-workload.md (no home, no services: milliseconds)."""
+"""The spec oracle against every number of docs/reference-workload.md (no home, no services: milliseconds)."""
 
 from __future__ import annotations
 

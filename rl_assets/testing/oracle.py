@@ -1,4 +1,4 @@
-"""The reference workload, written from ``reference-workload.md`` alone: the oracle the tests compare against.
+"""The reference workload, written from ``docs/reference-workload.md`` alone: the oracle the tests compare against.
 
 Nothing here is imported from ``rl_assets`` (only the standard library), so a comparison with this oracle
 checks the package's arithmetic (seeding, worlds, the agent, the verifier, the judge, the reward, the

@@ -1,7 +1,7 @@
 """The reference workload's implementations of the seams: today's bandit, as specified.
 
 Each is a thin adapter over :mod:`rl_assets.domain` (which stays free of any
-orchestration), so the numbers of reference-workload.md are the domain's.
+orchestration), so the numbers of docs/reference-workload.md are the domain's.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class UnknownWorkloadError(KeyError):
 
 
 REFERENCE = Workload(name="reference", agent=ReferenceAgent(), judge=SimulatedJudge(), trainer=BanditTrainer())
-"""The built-in workload: the bandit of reference-workload.md, the default of every experiment."""
+"""The built-in workload: the bandit of docs/reference-workload.md, the default of every experiment."""
 
 TASKS = Workload(name=TASKS_WORKLOAD, agent=TaskAgent(), judge=VerifierOnlyJudge(), trainer=TaskTrainer())
 """Harbor task sets (``--tasks``): the chat agent against the experiment's policy server, the task's verifier;
