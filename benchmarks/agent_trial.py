@@ -47,8 +47,8 @@ def bench(home: Home, trials: int) -> dict[str, Any]:
     from rl_assets.stores.database import Database
     from rl_assets.stores.home_stores import Stores
     from rl_assets.tasks.snapshot import with_recorded_task_set
-    from rl_assets.testing.example_solutions import POLICY_MODEL, script
-    from rl_assets.testing.served_model import ServedModel
+    from rl_assets_testkit.example_solutions import POLICY_MODEL, script
+    from rl_assets_testkit.served_model import ServedModel
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     stores = Stores(home.root, Database.from_env())

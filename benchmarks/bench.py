@@ -229,7 +229,7 @@ def _execute_launch(instance: Any, launch: Any, home: Home) -> tuple[float, str]
     """Create the run and launch it through the instance's launcher, as the CLI driver does; ``(wall s, run id)``."""
     from dagster import DagsterRunStatus
 
-    from rl_assets.testing.runs import create_run, launch_run
+    from rl_assets_testkit.runs import create_run, launch_run
 
     t0 = time.perf_counter()
     run = create_run(instance, launch)

@@ -123,14 +123,14 @@ def stand_in_server(root: Path, latency: float) -> tuple[subprocess.Popen, str]:
     """The stand-in model server with the example tasks' answers, each after ``latency`` seconds."""
     script = json.loads(
         subprocess.run(
-            [sys.executable, "-m", "rl_assets.testing.example_solutions"], capture_output=True, text=True, check=True
+            [sys.executable, "-m", "rl_assets_testkit.example_solutions"], capture_output=True, text=True, check=True
         ).stdout
     )
     script["answer_delay_s"] = latency
     path = root / "stand-in.json"
     path.write_text(json.dumps(script))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rl_assets.testing.model_server", "--port", "0", "--script", str(path)],
+        [sys.executable, "-m", "rl_assets_testkit.model_server", "--port", "0", "--script", str(path)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -3,7 +3,7 @@
 ``python benchmarks/scale.py --runs 1000 10000 100000 [--trials 100] [--home DIR] [--json]``
 
 For each N, a new experiment of ``--trials`` trials a step gets a history of about N runs written in bulk into
-the home's Dagster instance and ledgers (:mod:`rl_assets.testing.history`: every step trained but the open one,
+the home's Dagster instance and ledgers (:mod:`rl_assets_testkit.history`: every step trained but the open one,
 which has 10 runs in flight), then the real code paths are timed on it, each the median of ``--repeats``:
 
 - ``tick_s``: one driver tick with nothing to wait for: the runs in flight, the plan (and its progress note),
@@ -70,7 +70,7 @@ def measure(home: Path, runs: int, trials: int, repeats: int) -> dict[str, Any]:
     from rl_assets.results import experiment_result
     from rl_assets.stores.database import Database
     from rl_assets.stores.home_stores import Stores
-    from rl_assets.testing.history import write_history
+    from rl_assets_testkit.history import write_history
 
     trained = max(1, runs // (trials + 1))
     config = ExperimentConfig(

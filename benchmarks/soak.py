@@ -71,8 +71,8 @@ from rl_assets.services.local_deployment import LocalDeployment
 from rl_assets.services.processes import processes_mentioning
 from rl_assets.services.ray_head import LocalRayHead
 from rl_assets.stores.database import Database
-from rl_assets.testing.expectations import oracle_expectation, table_of
-from rl_assets.testing.kills import (
+from rl_assets_testkit.expectations import oracle_expectation, table_of
+from rl_assets_testkit.kills import (
     KILL_KINDS,
     Evidence,
     Kill,

@@ -24,8 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from rl_assets.testing.example_solutions import JUDGE_MODEL, POLICY_MODEL, script
-from rl_assets.testing.served_model import ServedModel
+from rl_assets_testkit.example_solutions import JUDGE_MODEL, POLICY_MODEL, script
+from rl_assets_testkit.served_model import ServedModel
 
 TASKS = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 CHAOS_FLAGS = ("--flaky-trial-rate", "0.3", "--hang-trial-rate", "0.2", "--judge-flake-rate", "0.3")

@@ -3,7 +3,7 @@
 ``python benchmarks/ui_scale.py [--steps 1000] [--baseline-steps 10] [--trials 100] [--repeats 3] [--home DIR]
 [--json]``
 
-Two homes get an experiment's history written in bulk (:mod:`rl_assets.testing.history`: every step trained but
+Two homes get an experiment's history written in bulk (:mod:`rl_assets_testkit.history`: every step trained but
 the open one, ``--trials`` trial runs a step, each with its materialized reward, and a weights materialization a
 step): a baseline of ``--baseline-steps`` steps and a large one of ``--steps`` steps (1,000 x 100: about 100k trial
 runs). The history has no ``trajectories`` materializations (the bulk writer writes rewards and weights), so the
@@ -73,7 +73,7 @@ def build(home: Path, steps: int, trials: int) -> dict[str, Any]:
     from rl_assets.services.local_deployment import LocalDeployment
     from rl_assets.stores.database import Database
     from rl_assets.stores.home_stores import Stores
-    from rl_assets.testing.history import write_history
+    from rl_assets_testkit.history import write_history
 
     deployment = LocalDeployment(Home(home))
     deployment.check()

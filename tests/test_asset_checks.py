@@ -31,8 +31,8 @@ from rl_assets.home import Home
 from rl_assets.invariants import CheckOutcome, experiment_checks
 from rl_assets.stores.home_stores import Stores
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, RUBRIC_TAG
-from rl_assets.testing.expectations import cli_args, run_cli
 from rl_assets.worlds import LocalWorlds
+from rl_assets_testkit.expectations import cli_args, run_cli
 
 NAME = "checked"
 FIELDS = dict(steps=2, worlds=2, prompts=2, samples=1)

@@ -31,7 +31,7 @@ from rl_assets.home import Home
 from rl_assets.results import experiment_result
 from rl_assets.services.daemon import LocalDaemon
 from rl_assets.stores.rubrics import parse_rubric_file
-from rl_assets.testing.expectations import cli_args, rescored_expectation, run_cli, table_of, train_json
+from rl_assets_testkit.expectations import cli_args, rescored_expectation, run_cli, table_of, train_json
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "backfilled"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import FaultConfig
-from rl_assets.testing.expectations import cli_args, oracle_expectation, run_cli, table_of, train_json
+from rl_assets_testkit.expectations import cli_args, oracle_expectation, run_cli, table_of, train_json
 
 
 def test_injected_faults_change_nothing(home):

@@ -20,12 +20,12 @@ import pytest
 
 from rl_assets.domain.transcripts import Message, Transcript
 from rl_assets.tasks.task import load_task
-from rl_assets.testing.example_solutions import SOLUTIONS, script
-from rl_assets.testing.example_solutions import call as _call
-from rl_assets.testing.local_shell import LocalShell
-from rl_assets.testing.served_model import ServedModel
 from rl_assets.workloads.harbor.agent import NOT_RUN, AgentLimits, ChatAgent
 from rl_assets.workloads.harbor.client import ChatClient, ChatEndpoint, ModelCallError
+from rl_assets_testkit.example_solutions import SOLUTIONS, script
+from rl_assets_testkit.example_solutions import call as _call
+from rl_assets_testkit.local_shell import LocalShell
+from rl_assets_testkit.served_model import ServedModel
 
 TASKS = Path(__file__).parent.parent / "examples" / "tasks"
 

@@ -16,7 +16,7 @@ import pytest
 
 from rl_assets.compaction import finished_runs
 from rl_assets.stores.event_compaction import DROPPED, EventCompaction
-from rl_assets.testing.expectations import cli_args, run_cli, train_json
+from rl_assets_testkit.expectations import cli_args, run_cli, train_json
 
 NAME = "compacted"
 FIELDS = dict(steps=2, worlds=1, prompts=1, samples=2)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.testing.expectations import oracle_expectation, table_of
-from rl_assets.testing.kills import Evidence, Train, Watch, run_train, train_args
+from rl_assets_testkit.expectations import oracle_expectation, table_of
+from rl_assets_testkit.kills import Evidence, Train, Watch, run_train, train_args
 
 EXIT_USAGE = 2  # the refusal (see rl_assets.cli._follow)
 

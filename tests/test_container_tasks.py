@@ -26,10 +26,10 @@ from rl_assets.containers.images import context_hash, ensure_image, image_tag
 from rl_assets.containers.sessions import WORKER_LABEL, container_session, reap
 from rl_assets.containers.sidecars import labelled_networks
 from rl_assets.tasks.task import load_task
-from rl_assets.testing.example_solutions import JUDGE_MODEL, POLICY_MODEL, script
-from rl_assets.testing.expectations import run_cli, train_json
-from rl_assets.testing.kills import Train, Watch, kill_train_tree, run_train, wait_for
-from rl_assets.testing.served_model import ServedModel
+from rl_assets_testkit.example_solutions import JUDGE_MODEL, POLICY_MODEL, script
+from rl_assets_testkit.expectations import run_cli, train_json
+from rl_assets_testkit.kills import Train, Watch, kill_train_tree, run_train, wait_for
+from rl_assets_testkit.served_model import ServedModel
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "container-tasks"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.testing.expectations import cli_args, oracle_expectation, run_cli, table_of
+from rl_assets_testkit.expectations import cli_args, oracle_expectation, run_cli, table_of
 
 NAME = "damaged"
 FIELDS = dict(steps=2, worlds=2, prompts=2, samples=1)

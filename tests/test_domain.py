@@ -16,7 +16,7 @@ from rl_assets.domain.runtime import FaultConfig
 from rl_assets.domain.scoring import reward_of, simulated_judge
 from rl_assets.domain.seeding import seed
 from rl_assets.domain.world import world_documents, world_secret
-from rl_assets.testing import oracle
+from rl_assets_testkit import oracle
 
 CONFIGS = [
     dict(),

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.testing import oracle
-from rl_assets.testing.expectations import cli_args, oracle_expectation, table_of, train_json
+from rl_assets_testkit import oracle
+from rl_assets_testkit.expectations import cli_args, oracle_expectation, table_of, train_json
 
 SHAPE = dict(steps=3, worlds=3, prompts=3, samples=2)
 SANDBOX_FAULTS = oracle.Faults(flaky_trial_rate=0.25, generate_retries=0)

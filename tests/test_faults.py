@@ -13,9 +13,9 @@ from rl_assets.domain.runtime import FaultConfig
 from rl_assets.domain.scoring import simulated_judge
 from rl_assets.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
-from rl_assets.testing.samples import RUBRIC, sample_trajectory
 from rl_assets.workloads.registry import REFERENCE
 from rl_assets.workloads.seams import RequestFactory
+from rl_assets_testkit.samples import RUBRIC, sample_trajectory
 
 FORK = ForkLayout(kind="copy", lower="", upper="", work="", merged="/fork")
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl_assets.testing.chat_batches import GRPO_LR, STEP_REWARDS, chat_trajectory, grpo_config, store_step
 from rl_assets.workloads.grpo import checkpoint
 from rl_assets.workloads.grpo.advantages import EPS, batch_advantages, group_advantages
 from rl_assets.workloads.grpo.loss import batch_loss, grpo_step, padded, token_logprobs
@@ -18,6 +17,7 @@ from rl_assets.workloads.grpo.samples import Sample, trajectory_samples
 from rl_assets.workloads.grpo.tokenizer import ByteChatTokenizer
 from rl_assets.workloads.grpo.trainer import SERVED_MODEL, GRPOTrainer
 from rl_assets.workloads.seams import TrainingWorkspace
+from rl_assets_testkit.chat_batches import GRPO_LR, STEP_REWARDS, chat_trajectory, grpo_config, store_step
 
 LR = GRPO_LR
 

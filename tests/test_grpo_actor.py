@@ -15,10 +15,10 @@ from rl_assets.domain.models import Policy
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.training import CheckpointStore
-from rl_assets.testing.chat_batches import GRPO_LR, STEP_REWARDS, grpo_config, store_step
-from rl_assets.testing.kills import actor_process, wait_for
 from rl_assets.workloads.grpo import checkpoint
 from rl_assets.workloads.registry import TASKS
+from rl_assets_testkit.chat_batches import GRPO_LR, STEP_REWARDS, grpo_config, store_step
+from rl_assets_testkit.kills import actor_process, wait_for
 
 LR = GRPO_LR
 RUBRIC = "task-done"

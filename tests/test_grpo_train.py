@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from rl_assets.testing.example_solutions import POLICY_MODEL, script
-from rl_assets.testing.expectations import run_cli, train_json
-from rl_assets.testing.served_model import ServedModel
-from rl_assets.testing.skyrl_validator import validate_generator_output
 from rl_assets.workloads.grpo import checkpoint
+from rl_assets_testkit.example_solutions import POLICY_MODEL, script
+from rl_assets_testkit.expectations import run_cli, train_json
+from rl_assets_testkit.served_model import ServedModel
+from rl_assets_testkit.skyrl_validator import validate_generator_output
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 TASKS = ("create-file", "edit-config")

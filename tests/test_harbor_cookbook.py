@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from container_kit import runtime_with_base, task_containers
 
-from rl_assets.testing.example_solutions import POLICY_MODEL, call
-from rl_assets.testing.expectations import train_json
-from rl_assets.testing.served_model import ServedModel
+from rl_assets_testkit.example_solutions import POLICY_MODEL, call
+from rl_assets_testkit.expectations import train_json
+from rl_assets_testkit.served_model import ServedModel
 
 COOKBOOK = Path(__file__).parent / "fixtures" / "harbor-cookbook"
 MULTI_STEP = "harbor/hello-multi-step-full"

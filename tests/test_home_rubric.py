@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.testing.expectations import cli_args, oracle_expectation, run_cli, table_of, train_json
+from rl_assets_testkit.expectations import cli_args, oracle_expectation, run_cli, table_of, train_json
 
 V3 = (0.7, 0.4, 0.9)
 """(correctness, efficiency, tidiness): unlike v1 (1.0, 0.3, 0.1) and v2-efficiency (1.0, 1.0, 0.5)."""

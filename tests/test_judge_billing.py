@@ -33,9 +33,9 @@ from rl_assets.stores.verdicts import (
     JudgeTimeout,
     VerdictLedger,
 )
-from rl_assets.testing.expectations import cli_args, oracle_expectation, run_cli, table_of, train_json
-from rl_assets.testing.kills import wait_for
-from rl_assets.testing.samples import RUBRIC, sample_trajectory
+from rl_assets_testkit.expectations import cli_args, oracle_expectation, run_cli, table_of, train_json
+from rl_assets_testkit.kills import wait_for
+from rl_assets_testkit.samples import RUBRIC, sample_trajectory
 
 
 def _experiment() -> str:

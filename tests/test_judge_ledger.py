@@ -13,7 +13,7 @@ from rl_assets.domain.scoring import simulated_judge
 from rl_assets.services.postgres import PostgresInfo
 from rl_assets.stores.database import Database
 from rl_assets.stores.verdicts import DIED, VerdictLedger
-from rl_assets.testing.samples import RUBRIC, sample_trajectory
+from rl_assets_testkit.samples import RUBRIC, sample_trajectory
 
 
 def _calls(db: Database, key: str) -> list[str]:

@@ -14,8 +14,8 @@ import json
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.testing.expectations import oracle_expectation, table_of
-from rl_assets.testing.kills import Train, Watch, kill, train_args
+from rl_assets_testkit.expectations import oracle_expectation, table_of
+from rl_assets_testkit.kills import Train, Watch, kill, train_args
 
 POOL = "judge"
 

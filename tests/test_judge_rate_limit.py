@@ -17,7 +17,7 @@ from rl_assets.environment import JUDGE_RATE_ENV, judge_max_calls_per_minute
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.stores.database import Database
 from rl_assets.stores.judge_rate import JudgeRateLimit, JudgeRateTimeout
-from rl_assets.testing.samples import RUBRIC, sample_trajectory
+from rl_assets_testkit.samples import RUBRIC, sample_trajectory
 
 TAKE_SLOTS = """
 import sys

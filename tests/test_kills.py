@@ -3,7 +3,7 @@
 After every kill the final table and weights equal the oracle's clean result, and the ledgers show that no
 completed unit ran again: one completed rollout and one recorded verdict per trial, one ledger row per step;
 the only extra judge calls are those a process died during, counted with their cause. Kill points are found
-by polling durable state (see :mod:`rl_assets.testing.kills`), never by sleeping.
+by polling durable state (see :mod:`rl_assets_testkit.kills`), never by sleeping.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dagster import DagsterRunStatus
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.home import Home
 from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
-from rl_assets.testing.expectations import oracle_expectation, run_cli, table_of
-from rl_assets.testing.kills import (
+from rl_assets_testkit.expectations import oracle_expectation, run_cli, table_of
+from rl_assets_testkit.kills import (
     DIED_DURING_CALL,
     REAPED_MESSAGE,
     Evidence,

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from rl_assets.domain.judge_rubric import DEFAULT_JUDGE_RUBRIC, JudgeRubric, load_judge_rubric
 from rl_assets.domain.transcripts import Message, ModelTurn, ToolCall, Transcript, Usage
-from rl_assets.testing.served_model import ServedModel
 from rl_assets.workloads.harbor.client import JUDGE_KEY_ENV, ChatClient, ChatEndpoint
 from rl_assets.workloads.harbor.judge import JudgeAnswerError, LLMJudge, parse_score, quoted, summarize
+from rl_assets_testkit.served_model import ServedModel
 
 ANSWERS = {
     "case-valid": '{"score": 0.75, "reason": "The file exists; one line is wrong."}',

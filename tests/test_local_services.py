@@ -39,7 +39,7 @@ from rl_assets.services.processes import (
     processes_mentioning,
     start_ticks,
 )
-from rl_assets.testing.expectations import run_cli
+from rl_assets_testkit.expectations import run_cli
 
 LOOPBACK = {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
 

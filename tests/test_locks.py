@@ -25,8 +25,8 @@ from rl_assets.stores.drives import DriveRequests
 from rl_assets.stores.experiments import ExperimentStore
 from rl_assets.stores.locks import LockKey, LockSpace, SessionLock, driver_lock, is_held
 from rl_assets.stores.verdicts import DIED, VerdictLedger, verdict_lock
-from rl_assets.testing.kills import wait_for
-from rl_assets.testing.samples import RUBRIC, sample_trajectory
+from rl_assets_testkit.kills import wait_for
+from rl_assets_testkit.samples import RUBRIC, sample_trajectory
 
 
 def _restart_postgres(home: Path) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rl_assets.testing.example_solutions import JUDGE_MODEL, POLICY_MODEL, script
-from rl_assets.testing.expectations import run_cli
-from rl_assets.testing.served_model import ServedModel
+from rl_assets_testkit.example_solutions import JUDGE_MODEL, POLICY_MODEL, script
+from rl_assets_testkit.expectations import run_cli
+from rl_assets_testkit.served_model import ServedModel
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 PROSE = "The agent did a good job and the files look right to me."

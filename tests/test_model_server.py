@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 import pytest
 
-from rl_assets.testing.served_model import ServedModel
+from rl_assets_testkit.served_model import ServedModel
 
 SCRIPT = {
     "policy_model": "policy",

@@ -41,10 +41,10 @@ from chat_checkpoints import chat_checkpoint
 
 from rl_assets.home import Home
 from rl_assets.services.policy_server import LocalPolicyServer
-from rl_assets.testing.expectations import run_cli, train_json
-from rl_assets.testing.kills import wait_for
-from rl_assets.testing.skyrl_validator import validate_generator_output
 from rl_assets.workloads.grpo import checkpoint
+from rl_assets_testkit.expectations import run_cli, train_json
+from rl_assets_testkit.kills import wait_for
+from rl_assets_testkit.skyrl_validator import validate_generator_output
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = ROOT / "examples" / "learnable" / "lowercase-letters"

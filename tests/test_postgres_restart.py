@@ -10,8 +10,8 @@ from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, Postgr
 
 from rl_assets.home import Home
 from rl_assets.services.postgres import EmbeddedPostgres
-from rl_assets.testing.expectations import table_of
-from rl_assets.testing.kills import wait_for
+from rl_assets_testkit.expectations import table_of
+from rl_assets_testkit.kills import wait_for
 
 CLEAN = [(1.601, 4.67, 6), (2.323, 2.17, 6), (2.352, 1.67, 6)]
 

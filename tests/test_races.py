@@ -39,9 +39,9 @@ from rl_assets.services.processes import identity_alive
 from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.locks import LockSpace
 from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
-from rl_assets.testing.kills import wait_for
-from rl_assets.testing.runs import TEST_DIE_AFTER_WORKER_START_ENV, create_run
 from rl_assets.worlds import LocalWorlds
+from rl_assets_testkit.kills import wait_for
+from rl_assets_testkit.runs import TEST_DIE_AFTER_WORKER_START_ENV, create_run
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = dict(steps=1, worlds=1, prompts=1, samples=1)
@@ -100,7 +100,7 @@ def test_a_live_run_whose_launcher_died_as_its_worker_started_is_healthy(home, s
     gate, log = tmp_path / "gate", tmp_path / "launcher.err"
     with open(log, "wb") as err:  # a file, not a pipe: the worker it leaves behind must not hold our pipe open
         launcher = subprocess.run(
-            [sys.executable, "-c", f"from rl_assets.testing.runs import relaunch; relaunch({run.run_id!r})"],
+            [sys.executable, "-c", f"from rl_assets_testkit.runs import relaunch; relaunch({run.run_id!r})"],
             env={**os.environ, TEST_DIE_AFTER_WORKER_START_ENV: "1", TEST_GATE_ENV: str(gate)},
             stdout=subprocess.DEVNULL,
             stderr=err,

@@ -29,7 +29,7 @@ import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.kubernetes.names import OWNER_LABEL, TIER_LABEL, owner_value
-from rl_assets.testing.expectations import oracle_expectation, table_of
+from rl_assets_testkit.expectations import oracle_expectation, table_of
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("KUBECONFIG"),

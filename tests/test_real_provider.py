@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_assets.testing.expectations import train_json
+from rl_assets_testkit.expectations import train_json
 
 URL = os.environ.get("RL_ASSETS_POLICY_URL")
 MODEL = os.environ.get("RL_ASSETS_POLICY_MODEL")

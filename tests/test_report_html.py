@@ -24,7 +24,7 @@ import pytest
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import INVARIANTS
 from rl_assets.results import experiment_result
-from rl_assets.testing.expectations import cli_args, run_cli
+from rl_assets_testkit.expectations import cli_args, run_cli
 
 NAME = "pictured"
 FIELDS = dict(steps=2, worlds=2, prompts=2, samples=1)

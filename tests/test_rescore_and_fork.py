@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rl_assets.testing.expectations import run_cli, table_of, train_json
+from rl_assets_testkit.expectations import run_cli, table_of, train_json
 
 CLEAN = [(1.601, 4.67, 6), (2.323, 2.17, 6), (2.352, 1.67, 6)]
 RESCORED = [(2.391, 4.67, 6), (3.258, 2.17, 6), (3.343, 1.67, 6)]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.stores.database import Database
-from rl_assets.testing.expectations import forked_expectation, rescored_expectation, table_of
-from rl_assets.testing.kills import Train, Watch, kill, run_train, train_args, wait_for
+from rl_assets_testkit.expectations import forked_expectation, rescored_expectation, table_of
+from rl_assets_testkit.kills import Train, Watch, kill, run_train, train_args, wait_for
 
 PARENT = ExperimentConfig(name="rescore-kill", steps=2, worlds=1, prompts=1, samples=2)
 TRIALS = PARENT.steps * PARENT.prompts * PARENT.samples

@@ -20,7 +20,7 @@ from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.failure_watch import run_error
 from rl_assets.driver.planner import give_up_on_crashing, plan
 from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
-from rl_assets.testing.expectations import cli_args, oracle_expectation, table_of, train_json
+from rl_assets_testkit.expectations import cli_args, oracle_expectation, table_of, train_json
 
 
 def _experiment(home, stores, instance) -> ExperimentConfig:

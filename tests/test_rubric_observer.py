@@ -24,8 +24,8 @@ from rl_assets.definitions import defs
 from rl_assets.home import Home
 from rl_assets.rubric_observer import DATA_VERSION_TAG, OBSERVE_INTERVAL_S, last_observed_version
 from rl_assets.services.daemon import LocalDaemon
-from rl_assets.testing.expectations import cli_args, run_cli
-from rl_assets.testing.kills import wait_for
+from rl_assets_testkit.expectations import cli_args, run_cli
+from rl_assets_testkit.kills import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "observed"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rl_assets.stores.rubrics import RubricError
-from rl_assets.testing.expectations import run_cli
+from rl_assets_testkit.expectations import run_cli
 
 GOOD = {"name": "strict", "correctness_weight": 1.0, "efficiency_weight": 0.8, "tidiness_weight": 0.2}
 

@@ -19,8 +19,8 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import ExecutionSettings, Runtime
 from rl_assets.driver.planner import RESCORING_WINDOW, plan
 from rl_assets.driver.sensor import ROLLOUT_JOBS, _last_change, partition_requests_of, run_requests_of
-from rl_assets.testing.expectations import run_cli
-from rl_assets.testing.history import History, write_history
+from rl_assets_testkit.expectations import run_cli
+from rl_assets_testkit.history import History, write_history
 
 TRIALS_PER_STEP = 100
 TRAINED_STEPS = 50

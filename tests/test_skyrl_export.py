@@ -12,11 +12,11 @@ from chat_checkpoints import BASH, CALLS_NOT_TEXT, CONTENT_ONLY, NATIVE_TOOLS, c
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.skyrl_export import ExportError, skyrl_output
-from rl_assets.testing.chat_batches import STEP_REWARDS, grpo_config, store_step
-from rl_assets.testing.skyrl_validator import validate_generator_output
 from rl_assets.workloads.grpo.tokenizer import ByteChatTokenizer
 from rl_assets.workloads.grpo.trainer import SERVED_MODEL
 from rl_assets.workloads.seams import TrainingWorkspace
+from rl_assets_testkit.chat_batches import STEP_REWARDS, grpo_config, store_step
+from rl_assets_testkit.skyrl_validator import validate_generator_output
 
 
 def _trials(root, steps=range(2), **kw):

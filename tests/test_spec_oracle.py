@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from rl_assets.testing import oracle as o
+from rl_assets_testkit import oracle as o
 
 REF = o.Config()
 SANDBOX_025 = ["s0-p2-n1", "s1-p0-n0", "s1-p2-n0", "s1-p2-n1", "s2-p1-n1", "s2-p2-n0"]

@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 
 from rl_assets.domain.runtime import ExecutionSettings
-from rl_assets.testing.example_solutions import POLICY_MODEL, SOLUTIONS, script
-from rl_assets.testing.kills import Train, Watch, kill_train_tree, run_train, wait_for
-from rl_assets.testing.served_model import ServedModel
+from rl_assets_testkit.example_solutions import POLICY_MODEL, SOLUTIONS, script
+from rl_assets_testkit.kills import Train, Watch, kill_train_tree, run_train, wait_for
+from rl_assets_testkit.served_model import ServedModel
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 NAME = "tasks-killed"

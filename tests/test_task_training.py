@@ -1,6 +1,6 @@
 """A Harbor task set trained end to end: the chat agent against the stand-in model server, the tasks' verifiers.
 
-The stand-in (:mod:`rl_assets.testing.model_server`) is a real HTTP server process speaking the OpenAI
+The stand-in (:mod:`rl_assets_testkit.model_server`) is a real HTTP server process speaking the OpenAI
 API; everything else is the real thing: Dagster on Postgres, a process per trial, the task sandbox.
 """
 
@@ -16,7 +16,7 @@ import dagster as dg
 from rl_assets.domain.transcript_markdown import MESSAGE_CHARS
 from rl_assets.home import Home
 from rl_assets.services.daemon import LocalDaemon
-from rl_assets.testing.example_solutions import (
+from rl_assets_testkit.example_solutions import (
     JUDGE_MODEL,
     JUDGE_SCORES,
     POLICY_MODEL,
@@ -24,8 +24,8 @@ from rl_assets.testing.example_solutions import (
     STRICT_MARKER,
     script,
 )
-from rl_assets.testing.expectations import run_cli, train_json
-from rl_assets.testing.served_model import ServedModel
+from rl_assets_testkit.expectations import run_cli, train_json
+from rl_assets_testkit.served_model import ServedModel
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 

@@ -1,4 +1,4 @@
-"""Configurations beyond the reference one, end to end, against the spec oracle (``rl_assets/testing/oracle.py``).
+"""Configurations beyond the reference one, end to end, against the spec oracle (``rl_assets_testkit.oracle``).
 
 Between them they change every number of the config (steps, worlds, prompts, samples, lr, max_turns) and
 the rubric; trials that fail for good are in ``test_failed_trial_policy.py``.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.testing.expectations import cli_args, oracle_expectation, table_of, train_json
+from rl_assets_testkit.expectations import cli_args, oracle_expectation, table_of, train_json
 
 CONFIGS = {
     "long": dict(steps=4, worlds=2, prompts=2, samples=2, lr=1.5),

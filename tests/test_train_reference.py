@@ -10,8 +10,8 @@ import dagster as dg
 import psutil
 
 from rl_assets.tags import EXPERIMENT_TAG
-from rl_assets.testing.expectations import run_cli, train_json
-from rl_assets.testing.kills import wait_for
+from rl_assets_testkit.expectations import run_cli, train_json
+from rl_assets_testkit.kills import wait_for
 
 
 def test_reference_run_reproduces_the_clean_table(home, stores, instance):

@@ -11,7 +11,7 @@ from ray.util import list_named_actors
 from rl_assets.domain.bandit import apply_step
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.resources.trainer import TrainerResource
-from rl_assets.testing.kills import wait_for
+from rl_assets_testkit.kills import wait_for
 
 
 def _reward(trial: str, world: str, doc: int, value: float) -> Reward:

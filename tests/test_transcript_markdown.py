@@ -5,7 +5,7 @@ from __future__ import annotations
 from rl_assets.domain.models import VerifierOutcome
 from rl_assets.domain.transcript_markdown import MESSAGE_CHARS, TOTAL_CHARS, transcript_markdown
 from rl_assets.domain.transcripts import Message, ModelTurn, ToolCall, Transcript, Usage
-from rl_assets.testing.samples import sample_trajectory
+from rl_assets_testkit.samples import sample_trajectory
 
 SYSTEM = "the system prompt, which every trial shares"
 

@@ -52,7 +52,7 @@ from rl_assets.home import Home
 from rl_assets.services.dev_server import DevServer
 from rl_assets.services.processes import free_loopback_port
 from rl_assets.services.ui_auth import cookie_name, ensure_token, login_url
-from rl_assets.testing.expectations import train_json
+from rl_assets_testkit.expectations import train_json
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -21,11 +21,11 @@ from rl_assets.faults import FaultyEnvironment
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.k8s_world_store import K8sWorldStoreResource
 from rl_assets.resources.world_store import WorldStoreResource
-from rl_assets.testing.samples import RUBRIC, sample_trajectory
 from rl_assets.workloads import registry
 from rl_assets.workloads.reference import BanditTrainer, ReferenceAgent, SimulatedJudge
 from rl_assets.workloads.registry import REFERENCE, UnknownWorkloadError, Workload, register, workload_of
 from rl_assets.workloads.seams import Agent, Environment, Judge, Trainer
+from rl_assets_testkit.samples import RUBRIC, sample_trajectory
 
 
 def _members(protocol: type) -> dict[str, object]:

@@ -1,4 +1,7 @@
-"""The test kit: what the tests and the benchmarks share, importable from both as ``rl_assets.testing``.
+"""The test kit: what the tests and the benchmarks share, importable from both as ``rl_assets_testkit``.
+
+A distribution of its own (``testkit/``), installed beside rl-assets by README.md's test command and never
+part of the rl-assets wheel.
 
 - :mod:`.oracle`: the reference workload's specification as code, standard library only, importing
   nothing of ``rl_assets`` (an import contract keeps it so): the numbers every run is checked against;
@@ -7,5 +10,5 @@
 - :mod:`.kills`: SIGKILL real processes of a ``train`` at points of durable progress, and audit what survived;
 - :mod:`.samples`: sample records for the ledger tests.
 
-Nothing in the package proper imports it.
+Nothing in ``rl_assets`` imports it (an import contract keeps it so).
 """

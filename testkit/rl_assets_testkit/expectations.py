@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.testing import oracle
+from rl_assets_testkit import oracle
 
 
 def run_cli(

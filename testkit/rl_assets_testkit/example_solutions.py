@@ -1,9 +1,9 @@
 """Scripted model answers that solve each task of ``examples/tasks`` and ``examples/container-tasks`` through the
 chat agent's tools.
 
-For the stand-in model server (:mod:`rl_assets.testing.model_server`): each task's answers are chosen by
+For the stand-in model server (:mod:`rl_assets_testkit.model_server`): each task's answers are chosen by
 a substring of its instruction, so every trial of a task, on any attempt, gets the same answers.
-``python -m rl_assets.testing.example_solutions`` prints the script, to try task experiments without a model.
+``python -m rl_assets_testkit.example_solutions`` prints the script, to try task experiments without a model.
 """
 
 from __future__ import annotations

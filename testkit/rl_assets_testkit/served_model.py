@@ -1,4 +1,4 @@
-"""Start and stop the stand-in model server (:mod:`rl_assets.testing.model_server`) as a real process.
+"""Start and stop the stand-in model server (:mod:`rl_assets_testkit.model_server`) as a real process.
 
 ``with ServedModel(script, tmp_dir) as server:`` yields once the server listens (it prints its port
 when bound, so there is nothing to poll), and leaves no process behind, also when the test fails.
@@ -35,7 +35,7 @@ class ServedModel:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def __enter__(self) -> ServedModel:
-        command = [sys.executable, "-m", "rl_assets.testing.model_server", "--port", "0"]
+        command = [sys.executable, "-m", "rl_assets_testkit.model_server", "--port", "0"]
         self._process = subprocess.Popen(
             [*command, "--script", str(self.script_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )

@@ -1,6 +1,6 @@
 """Rows of a synthetic history, written in bulk: what scale tests and benchmarks build a long experiment from.
 
-Only :mod:`rl_assets.testing.history` writes here. It hands over runs already serialized by Dagster, so this
+Only :mod:`rl_assets_testkit.history` writes here. It hands over runs already serialized by Dagster, so this
 module knows Dagster's run and event tables by their columns alone (``runs``, ``run_tags``, ``event_logs``)
 and imports no Dagster; the rows are those Dagster itself writes for a run and a materialization.
 """

@@ -1,6 +1,6 @@
 """A stand-in for vLLM or a hosted API: an OpenAI-compatible HTTP server with scripted answers and faults.
 
-Run as ``python -m rl_assets.testing.model_server --port 0 --script FILE``; it binds 127.0.0.1 only
+Run as ``python -m rl_assets_testkit.model_server --port 0 --script FILE``; it binds 127.0.0.1 only
 and prints its bound port on the first line of stdout. It serves:
 
 - ``GET /v1/models``: the script's policy and judge models;
