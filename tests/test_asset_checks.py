@@ -275,3 +275,25 @@ def test_a_blocking_reward_check_fails_the_run_that_materializes_a_reward_with_t
     assert trial.state == "pending" and not plan(instance, stores, CONFIG).done
     again = judge_job.execute_in_process(instance=instance, partition_key=partition, tags=tags)
     assert again.success and plan(instance, stores, CONFIG).done
+
+
+def test_a_trial_judged_again_after_its_run_ended_keeps_its_recorded_reward_and_counts_no_attempt(
+    home, trained, stores, instance
+):
+    """A run that judged a trial and saved its reward, then died before its materialization was written, leaves
+    the trial to be run again: the rerun takes the recorded reward (as a rerun takes a stored rollout), so it
+    neither counts a judging attempt nor draws the attempt's faults again, and the judge is not asked."""
+    from rl_assets.definitions import defs
+
+    before = stores.attempts.counts(NAME)
+    saved = stores.trials.reward(NAME, CONFIG.rubric, 1, "p0-n0")
+    partition = dg.MultiPartitionKey({"step": f"{NAME}/s1", "trial": "p0-n0"})
+    tags = {EXPERIMENT_TAG: NAME, PARTITION_TAG: str(partition), RUBRIC_TAG: CONFIG.rubric}
+    result = defs.resolve_job_def("judge_job").execute_in_process(instance=instance, partition_key=partition, tags=tags)
+
+    assert result.success
+    (materialization,) = result.asset_materializations_for_node("rewards")
+    assert materialization.metadata["judge_cache"].value == "reused"
+    assert materialization.metadata["reward"].value == saved.reward
+    assert stores.trials.reward(NAME, CONFIG.rubric, 1, "p0-n0") == saved
+    assert stores.attempts.counts(NAME) == before, "no attempt, no judge call"

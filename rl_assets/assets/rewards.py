@@ -15,7 +15,7 @@ from rl_assets.assets.partitions import TRIAL, parse_trial_partition
 from rl_assets.assets.rubrics import run_rubric
 from rl_assets.assets.unit_run import UnitRun
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.domain.models import MalformedVerdict, Reward, Trajectory
+from rl_assets.domain.models import MalformedVerdict, Reward, Trajectory, Verdict
 from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.scoring import reward_of, task_reward
 from rl_assets.domain.transcript_markdown import MESSAGE_CHARS, capped
@@ -26,8 +26,10 @@ from rl_assets.invariants import reward_findings
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import StoresResource
 from rl_assets.services.api_keys import home_api_keys
+from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
+from rl_assets.stores.verdicts import CorruptVerdictError
 from rl_assets.workloads.harbor.workload import task_judge
 from rl_assets.workloads.registry import workload_of
 from rl_assets.workloads.seams import Judge
@@ -80,6 +82,12 @@ def reward_of_trial(unit: UnitRun, state: Stores, judge: JudgeResource) -> dg.Ma
     attempt = unit.attempt
     chosen = _judge_of(state, config, trial_id)
     key = judge.key(experiment, trajectory, rubric, chosen)
+    judged = _judged_before(state, config, rubric.name, step, slot, trajectory, key)
+    if judged is not None:  # a run that judged it ended before its materialization: nothing is judged again
+        unit.log.info(f"{trial_id} was judged under {rubric.name} by an earlier run; its recorded reward stands")
+        return _materialized(
+            unit, state, config, rubric, step, slot, trajectory, judged, judge.identity(chosen), "reused"
+        )
     cache_hit: bool | None = None
     try:
         verdict, cache_hit = (
@@ -111,12 +119,63 @@ def reward_of_trial(unit: UnitRun, state: Stores, judge: JudgeResource) -> dg.Ma
         state.attempts.record_trial_failure(experiment, trial_id, "judge", str(err))
         raise dg.Failure(failed, allow_retries=False) from err
     state.attempts.record_judging(experiment, trial_id, attempt, key, cache_hit, "ok")
-    reward = reward_of(trajectory, verdict) if config.judge is None else task_reward(trajectory, rubric.name, verdict)
+    reward = _judged_reward(config, rubric.name, trajectory, verdict)
     state.trials.save_reward(experiment, rubric.name, step, slot, reward)
+    return _materialized(
+        unit,
+        state,
+        config,
+        rubric,
+        step,
+        slot,
+        trajectory,
+        (verdict, reward),
+        judge.identity(chosen),
+        "hit" if cache_hit else "call",
+    )
+
+
+def _judged_reward(config: ExperimentConfig, rubric_name: str, trajectory: Trajectory, verdict: Verdict) -> Reward:
+    return reward_of(trajectory, verdict) if config.judge is None else task_reward(trajectory, rubric_name, verdict)
+
+
+def _judged_before(
+    state: Stores, config: ExperimentConfig, rubric_name: str, step: int, slot: str, trajectory: Trajectory, key: str
+) -> tuple[Verdict, Reward] | None:
+    """The verdict and reward an earlier run recorded for this trajectory under ``key``, if both are intact and
+    agree: that run judged the trial and saved its reward, then ended before its materialization was written (a
+    rollout run failed or killed at its end). Judging it again would call nothing (the verdict is recorded) but
+    would count another attempt and draw its faults again; as a stored rollout is reused, so is this.
+    Anything missing, damaged or different is judged as usual."""
+    try:
+        saved = state.trials.reward(config.name, rubric_name, step, slot)
+        verdict = state.verdicts.get(key) if saved is not None else None
+    except (CorruptArtifactError, CorruptVerdictError):
+        return None  # judging reads them again through the checks that quarantine or re-call
+    if saved is None or verdict is None or saved != _judged_reward(config, rubric_name, trajectory, verdict):
+        return None
+    return verdict, saved
+
+
+def _materialized(
+    unit: UnitRun,
+    state: Stores,
+    config: ExperimentConfig,
+    rubric: AnyRubric,
+    step: int,
+    slot: str,
+    trajectory: Trajectory,
+    judged: tuple[Verdict, Reward],
+    judge_identity: str,
+    judge_cache: str,
+) -> dg.MaterializeResult:
+    """The materialization of a judged reward: ``judge_cache`` says whether the judge was called for it
+    (``call``), its verdict was recorded already (``hit``), or the reward itself was (``reused``)."""
+    verdict, reward = judged
     state.damage.repaired("trial", unit.partition_key)
     return dg.MaterializeResult(
         metadata={
-            "trial_id": trial_id,
+            "trial_id": reward.trial_id,
             "reward": reward.reward,
             "verified": reward.verified,
             "judge_score": verdict.score,
@@ -125,9 +184,9 @@ def reward_of_trial(unit: UnitRun, state: Stores, judge: JudgeResource) -> dg.Ma
             "turns": reward.turns,
             "rubric": rubric.name,
             "rubric_hash": rubric.content_hash,
-            "judge": judge.identity(chosen),
-            "judge_cache": "hit" if cache_hit else "call",
-            "attempt": attempt,
+            "judge": judge_identity,
+            "judge_cache": judge_cache,
+            "attempt": unit.attempt,
             "trajectory_hash": trajectory.content_hash,
         },
         data_version=dg.DataVersion(reward.content_hash),
