@@ -66,10 +66,10 @@ def measure(home: Path, runs: int, trials: int, repeats: int) -> dict[str, Any]:
         partition_requests_of,
         run_requests_of,
     )
-    from rl_assets.report import evidence
-    from rl_assets.results import experiment_result
     from rl_assets.stores.database import Database
     from rl_assets.stores.home_stores import Stores
+    from rl_assets.views.report import evidence
+    from rl_assets.views.results import experiment_result
     from rl_assets_testkit.history import write_history
 
     trained = max(1, runs // (trials + 1))

@@ -263,8 +263,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     _resolve_rubric(home, config.rubric, config=config)  # refused before any service starts (or Dagster loads)
     _check_api_keys(home, config)
     from rl_assets.preflight import for_home
-    from rl_assets.results import experiment_result, failed_steps, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
+    from rl_assets.views.results import experiment_result, failed_steps, format_table
 
     _preflight(for_home(home, tasks=config.tasks is not None))
     stores = _open(home)
@@ -363,7 +363,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
     from rl_assets.driver.planner import plan
     from rl_assets.preflight import for_home
-    from rl_assets.results import experiment_result, format_table
+    from rl_assets.views.results import experiment_result, format_table
 
     _preflight(for_home(home, sandbox=False))  # a re-scoring judges and trains: it runs no trial
     stores = _open(home)
@@ -416,8 +416,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
     home = Home.resolve(args.home)
     _resolve_rubric(home, args.rubric)
     from rl_assets.preflight import for_home
-    from rl_assets.results import experiment_result, format_table
     from rl_assets.stores.experiments import ExperimentConflictError
+    from rl_assets.views.results import experiment_result, format_table
 
     _preflight(for_home(home))
     stores = _open(home)
@@ -523,7 +523,7 @@ def _progress(stores, config: ExperimentConfig) -> tuple[str, bool, str | None]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rl_assets.results import experiment_result, format_table
+    from rl_assets.views.results import experiment_result, format_table
 
     _checked(check_experiment_name, args.experiment, "--experiment")
     home = Home.resolve(args.home)
@@ -543,11 +543,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rl_assets.report import evidence, format_report
+    from rl_assets.views.report import evidence, format_report
 
     _checked(check_experiment_name, args.experiment, "--experiment")
     if args.html is not None:
-        from rl_assets.plots import MissingPlottingError, require_matplotlib
+        from rl_assets.views.plots import MissingPlottingError, require_matplotlib
 
         try:
             require_matplotlib()
@@ -558,7 +558,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = evidence(stores, config, audit=args.audit)
     print(json.dumps(report) if args.json else format_report(report))
     if args.html is not None:
-        from rl_assets.report_html import curves, render
+        from rl_assets.views.report_html import curves, render
 
         Path(args.html).write_text(render(report, curves(stores, config)), encoding="utf-8")
         print(f"wrote {args.html}", file=sys.stderr)
@@ -566,7 +566,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from rl_assets.results import UnknownTrialError, trial_view
+    from rl_assets.views.results import UnknownTrialError, trial_view
 
     _checked(check_experiment_name, args.experiment, "--experiment")
     stores = _open(Home.resolve(args.home), with_ray=False)
@@ -586,7 +586,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"--tokenizer: no directory {args.tokenizer}")
     if args.out is not None and not Path(args.out).resolve().parent.is_dir():
         raise UsageError(f"--out: no directory {Path(args.out).resolve().parent}")
-    from rl_assets.skyrl_export import ExportError, export_skyrl
+    from rl_assets.views.skyrl_export import ExportError, export_skyrl
 
     stores = _open(Home.resolve(args.home), with_ray=False)
     config = _existing(stores, args.experiment)

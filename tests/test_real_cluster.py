@@ -45,7 +45,7 @@ POLL_S = 15.0
 RESULT = """
 import json, os, sys
 from rl_assets.stores.home_stores import Stores
-from rl_assets.results import experiment_result
+from rl_assets.views.results import experiment_result
 from rl_assets.stores.database import Database
 stores = Stores(os.environ["RL_ASSETS_HOME"], Database.from_env())
 config = stores.experiments.get(sys.argv[1])

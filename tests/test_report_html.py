@@ -23,7 +23,7 @@ import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import INVARIANTS
-from rl_assets.results import experiment_result
+from rl_assets.views.results import experiment_result
 from rl_assets_testkit.expectations import cli_args, run_cli
 
 NAME = "pictured"

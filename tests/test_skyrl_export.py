@@ -11,7 +11,7 @@ import pytest
 from chat_checkpoints import BASH, CALLS_NOT_TEXT, CONTENT_ONLY, NATIVE_TOOLS, chat_tokenizer
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.skyrl_export import ExportError, skyrl_output
+from rl_assets.views.skyrl_export import ExportError, skyrl_output
 from rl_assets.workloads.grpo.tokenizer import ByteChatTokenizer
 from rl_assets.workloads.grpo.trainer import SERVED_MODEL
 from rl_assets.workloads.seams import TrainingWorkspace

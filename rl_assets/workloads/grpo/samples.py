@@ -18,7 +18,7 @@ would then train on nothing without a word. :func:`dropped_by_template` finds wh
 response's text lacks; such a call is refused, naming the model and the call.
 
 :func:`model_calls` is that decision alone, before any cut to the trainer's context: the SkyRL export
-(:mod:`rl_assets.skyrl_export`) writes the same calls, so what trains here and what trains there agree.
+(:mod:`rl_assets.views.skyrl_export`) writes the same calls, so what trains here and what trains there agree.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import INVARIANTS
 from rl_assets.home import Home
 from rl_assets.invariants import experiment_checks
-from rl_assets.results import experiment_result, format_table
 from rl_assets.stores.home_stores import Stores
+from rl_assets.views.results import experiment_result, format_table
 from rl_assets.worlds import LocalWorlds
 
 JUDGING_FAILURES = ("judge: ", "check: ")

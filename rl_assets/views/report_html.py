@@ -22,10 +22,10 @@ from typing import Any
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import INVARIANTS
-from rl_assets.plots import Line, line_chart
-from rl_assets.report import NOT_AUDITED, format_report
-from rl_assets.results import cost_of, prices, step_summaries
 from rl_assets.stores.home_stores import Stores
+from rl_assets.views.plots import Line, line_chart
+from rl_assets.views.report import NOT_AUDITED, format_report
+from rl_assets.views.results import cost_of, prices, step_summaries
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ pre { background: #f7f7f7; padding: 1em; overflow-x: auto; }
 
 
 def render(report: dict[str, Any], found: list[Curve]) -> str:
-    """The page for ``report`` (:func:`rl_assets.report.evidence`) and its curves."""
+    """The page for ``report`` (:func:`rl_assets.views.report.evidence`) and its curves."""
     name = html.escape(report["experiment"])
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>rl-assets report: {name}</title>",
