@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rl_assets.batches import DamagedRecordError, UnsettledTrialError, recorded_batch
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import (
     APPLIED_ONCE,
@@ -35,6 +34,7 @@ from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.verdicts import CorruptVerdictError, verdict_key
+from rl_assets.trainer.batches import DamagedRecordError, UnsettledTrialError, recorded_batch
 from rl_assets.workloads.registry import workload_of
 from rl_assets.worlds import LocalWorlds, WorldTamperedError
 

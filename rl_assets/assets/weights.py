@@ -17,7 +17,6 @@ from rl_assets.assets.checks import WEIGHTS_CHECKS, chain_check_results, check_r
 from rl_assets.assets.partitions import STEP, trial_partition_key
 from rl_assets.assets.policy import parent_policy
 from rl_assets.assets.rubrics import run_rubric
-from rl_assets.batches import DamagedRecordError, UnsettledTrialError, step_batch
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.domain.language_model import LanguageModelPolicy
 from rl_assets.domain.models import Reward, TrialSpec
@@ -27,6 +26,7 @@ from rl_assets.resources.trainer import TrainerResource
 from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.stores.training import StepSummary
+from rl_assets.trainer.batches import DamagedRecordError, UnsettledTrialError, step_batch
 
 BACKFILL_WAIT_S = 3600.0
 """How long a backfill's weights run waits for an earlier step's rewards to be judged."""

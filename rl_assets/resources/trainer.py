@@ -48,7 +48,7 @@ def _speaks_current_interface(actor) -> bool:
     """Whether a (possibly older) detached actor has this code's methods; one round trip."""
     import ray
 
-    from rl_assets.trainer_actor import INTERFACE
+    from rl_assets.trainer.actor import INTERFACE
 
     interface = getattr(actor, "interface", None)  # a handle has the methods of the class the actor was made from
     if interface is None:
@@ -103,7 +103,7 @@ class TrainerResource(dg.ConfigurableResource):
             self._connected = True
 
     def _actor(self, experiment: str):
-        from rl_assets.trainer_actor import TrainerActor
+        from rl_assets.trainer.actor import TrainerActor
 
         self._connect()
         name = actor_name(experiment)

@@ -1,7 +1,7 @@
 """The learning table and counts of an experiment, read from durable records only.
 
 Reading never changes the home: a damaged record is reported (a
-:class:`~rl_assets.batches.DamagedRecordError`), not quarantined; ``train`` repairs it.
+:class:`~rl_assets.trainer.batches.DamagedRecordError`), not quarantined; ``train`` repairs it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rl_assets.batches import recorded_batch
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward, StepResult, Trajectory
 from rl_assets.domain.task_totals import summed, task_of
@@ -20,6 +19,7 @@ from rl_assets.home import Home
 from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.model_calls import ModelUsage
 from rl_assets.stores.training import AppliedStep, StepSummary
+from rl_assets.trainer.batches import recorded_batch
 from rl_assets.workloads.harbor.pricing import PriceTable
 from rl_assets.workloads.registry import workload_of
 

@@ -51,10 +51,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from rl_assets.batches import recorded_batch
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Reward, Trajectory
 from rl_assets.stores.home_stores import Stores
+from rl_assets.trainer.batches import recorded_batch
 from rl_assets.workloads.grpo.advantages import group_of
 from rl_assets.workloads.grpo.model import base_tokenizer
 from rl_assets.workloads.grpo.samples import model_calls

@@ -227,7 +227,7 @@ class TrainingWorkspace:
 class Trainer(Protocol):
     """The initial policy; one step's canonical batch applied to a parent policy; checkpoints and restores.
 
-    Runs inside the detached trainer actor (:mod:`rl_assets.trainer_actor`),
+    Runs inside the detached trainer actor (:mod:`rl_assets.trainer.actor`),
     which remembers applied step identities; the training ledger around it
     makes each step applied exactly once and re-derives lost checkpoints by
     replaying a step. Owed: ``update`` is deterministic in (parent, batch, lr)
