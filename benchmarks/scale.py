@@ -55,7 +55,7 @@ def median_s(fn: Callable[[], Any], repeats: int) -> float:
 def measure(home: Path, runs: int, trials: int, repeats: int) -> dict[str, Any]:
     from dagster import DagsterInstance
 
-    from rl_assets.cli import _progress
+    from rl_assets.cli.commands import _progress
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import ExecutionSettings, Runtime
     from rl_assets.driver.planner import plan

@@ -1,6 +1,6 @@
 """MkDocs hook: the reference pages are generated from the code at build time, so they cannot drift from it.
 
-``reference/cli.md`` gets every command's ``--help`` (from :func:`rl_assets.cli.build_parser`), and
+``reference/cli.md`` gets every command's ``--help`` (from :func:`rl_assets.cli.commands.build_parser`), and
 ``reference/settings.md`` a table of every experiment, fault and execution setting (from the pydantic models'
 field descriptions, as the flags and the launchpad's config are).
 """
@@ -32,7 +32,7 @@ def _help_pages(prog: str, parser: argparse.ArgumentParser) -> list[str]:
 
 def _commands() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal: a fixed width gives the same page anywhere
-    from rl_assets.cli import build_parser
+    from rl_assets.cli.commands import build_parser
 
     return "\n".join(_help_pages("rl-assets", build_parser()))
 
@@ -44,7 +44,7 @@ def _cell(value: Any) -> str:
 def _settings() -> str:
     from pydantic_core import PydanticUndefined
 
-    from rl_assets.cli import TRAIN_FLAGS
+    from rl_assets.cli.commands import TRAIN_FLAGS
 
     rows = ["| flag | setting | default | what it is |", "| --- | --- | --- | --- |"]
     for flag in TRAIN_FLAGS:

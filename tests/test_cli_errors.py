@@ -65,7 +65,7 @@ def test_every_command_prints_its_help(command):
 
 
 def test_train_ends_by_saying_where_to_look_next_on_stderr(capsys):
-    from rl_assets.cli import _next_steps, build_parser
+    from rl_assets.cli.commands import _next_steps, build_parser
     from rl_assets.domain.experiment import ExperimentConfig
 
     args = build_parser().parse_args(["train", "--experiment", "demo", "--home", "/tmp/my home"])

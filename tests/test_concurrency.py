@@ -14,7 +14,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets_testkit.expectations import oracle_expectation, table_of
 from rl_assets_testkit.kills import Evidence, Train, Watch, run_train, train_args
 
-EXIT_USAGE = 2  # the refusal (see rl_assets.cli._follow)
+EXIT_USAGE = 2  # the refusal (see rl_assets.cli.commands._follow)
 
 
 def test_two_trains_of_one_experiment_at_once_execute_each_unit_once(home, stores, instance):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rl_assets.cli import TRAIN_FLAGS, build_parser
+from rl_assets.cli.commands import TRAIN_FLAGS, build_parser
 from rl_assets.domain.experiment import ExperimentConfig, is_derived
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig
 from rl_assets.driver.launchpad import LAUNCHPAD_FIELDS, StartExperimentConfig

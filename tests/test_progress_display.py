@@ -6,9 +6,9 @@ import io
 
 from rich.console import Console
 
+from rl_assets.cli.progress_display import ProgressDisplay, units
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.driver.planner import Plan, StepStatus, TrialStatus
-from rl_assets.progress_display import ProgressDisplay, units
 
 CONFIG = ExperimentConfig(name="shown", steps=2, worlds=1, prompts=2, samples=1)
 

@@ -80,7 +80,7 @@ def test_reference_run_reproduces_the_clean_table(home, stores, instance):
 def test_status_reads_the_drivers_note_and_the_ledgers_and_loads_no_orchestration_framework(home):
     train_json(home, "--experiment", "ref")  # done already (the test above): notes its last line again
     probe = (
-        "import sys; from rl_assets.cli import main; main(sys.argv[1:]); "
+        "import sys; from rl_assets.cli.commands import main; main(sys.argv[1:]); "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'dagster_postgres', 'ray', 'torch'}))"
     )
     command = [sys.executable, "-c", probe, "status", "--experiment", "ref", "--home", str(home)]

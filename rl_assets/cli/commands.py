@@ -140,7 +140,7 @@ def _resolve_rubric(home: Home, name: str, stores=None, config: ExperimentConfig
 
 def _preflight(checks) -> None:
     """What the command needs of the machine, before it records anything: refused on the first failure's line."""
-    from rl_assets.preflight import PreflightError, require
+    from rl_assets.cli.preflight import PreflightError, require
 
     try:
         done = require(checks)
@@ -182,11 +182,11 @@ def _follow(
     """
     from dagster import DagsterInstance
 
+    from rl_assets.cli.progress_display import ProgressDisplay
     from rl_assets.driver.audit import audit
     from rl_assets.driver.failure_watch import FailureWatch, last_failure
     from rl_assets.driver.planner import plan, stuck_units
     from rl_assets.driver.pooled_storage import OUTAGE_ERRORS
-    from rl_assets.progress_display import ProgressDisplay
     from rl_assets.services.daemon import LocalDaemon
     from rl_assets.stores.locks import SessionLock, driver_lock
     from rl_assets.worlds import LocalWorlds
@@ -262,7 +262,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     home = Home.resolve(args.home)
     _resolve_rubric(home, config.rubric, config=config)  # refused before any service starts (or Dagster loads)
     _check_api_keys(home, config)
-    from rl_assets.preflight import for_home
+    from rl_assets.cli.preflight import for_home
     from rl_assets.stores.experiments import ExperimentConflictError
     from rl_assets.views.results import experiment_result, failed_steps, format_table
 
@@ -361,8 +361,8 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     _resolve_rubric(home, args.rubric)
     from dagster import DagsterInstance
 
+    from rl_assets.cli.preflight import for_home
     from rl_assets.driver.planner import plan
-    from rl_assets.preflight import for_home
     from rl_assets.views.results import experiment_result, format_table
 
     _preflight(for_home(home, sandbox=False))  # a re-scoring judges and trains: it runs no trial
@@ -415,7 +415,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     _checked(check_rubric_name, args.rubric, "--rubric")
     home = Home.resolve(args.home)
     _resolve_rubric(home, args.rubric)
-    from rl_assets.preflight import for_home
+    from rl_assets.cli.preflight import for_home
     from rl_assets.stores.experiments import ExperimentConflictError
     from rl_assets.views.results import experiment_result, format_table
 
@@ -605,7 +605,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from rl_assets.preflight import check_port, for_home
+    from rl_assets.cli.preflight import check_port, for_home
     from rl_assets.services.daemon import LocalDaemon
     from rl_assets.services.dev_server import DevServer
 
@@ -620,7 +620,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from rl_assets.preflight import check_port, for_home, run_checks, table
+    from rl_assets.cli.preflight import check_port, for_home, run_checks, table
 
     home = Home.resolve(args.home)
     checks = run_checks([*for_home(home, tasks=True), lambda: check_port("127.0.0.1", args.port)])
@@ -644,9 +644,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks_check(args: argparse.Namespace) -> int:
+    from rl_assets.cli.preflight import check_sandbox, check_seccomp
     from rl_assets.containers.oracle import run_container_oracle
     from rl_assets.containers.runtime import containers_available
-    from rl_assets.preflight import check_sandbox, check_seccomp
     from rl_assets.sandbox.task_trial import run_oracle
     from rl_assets.tasks.check import check_tasks
 
@@ -877,7 +877,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nrl-assets: interrupted; running units continue, run the same command to follow them", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
