@@ -54,10 +54,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.assets.pools import POOLS
 from rl_assets.assets.rollout_batches import batch_run_config
+from rl_assets.deployment import current, launch_tags, rescore_experiments
 from rl_assets.domain.hashing import content_hash
 from rl_assets.driver.failure_watch import run_error
 from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Launch, Plan, give_up_on_crashing, plan
-from rl_assets.environment import current, launch_tags, rescore_experiments
 from rl_assets.home import Home
 from rl_assets.jobs import judge_job, rollout_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import StoresResource

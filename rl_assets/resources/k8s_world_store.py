@@ -7,7 +7,7 @@ know where they run:
 
 - ``ensure_built`` runs in the ``world_job`` run worker, which has a fresh
   ephemeral volume mounted at ``/world`` (the driver sensor tags the run, see
-  :func:`rl_assets.environment.launch_tags`); it builds the world there,
+  :func:`rl_assets.deployment.launch_tags`); it builds the world there,
   snapshots that volume's PVC and records the seal (hash and snapshot) in
   Postgres, under a per-world advisory lock so concurrent builds build once.
   A snapshot is immutable, so the seal is never re-hashed.
