@@ -14,7 +14,7 @@ import json
 import dagster as dg
 import pytest
 
-from rl_assets.compaction import finished_runs
+from rl_assets.cli.compaction import finished_runs
 from rl_assets.stores.event_compaction import DROPPED, EventCompaction
 from rl_assets_testkit.expectations import cli_args, run_cli, train_json
 

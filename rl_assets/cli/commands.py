@@ -385,7 +385,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     home = Home.resolve(args.home)
     from dagster import DagsterInstance
 
-    from rl_assets.compaction import NotFinishedError, compact
+    from rl_assets.cli.compaction import NotFinishedError, compact
     from rl_assets.driver.planner import plan
     from rl_assets.stores.event_compaction import EventCompaction
 

@@ -1,7 +1,7 @@
 """``rl-assets compact``: a finished experiment sheds what only its runs' step-by-step logs needed.
 
 A trial run leaves about 32 KB of Dagster events in Postgres, 12 KB of captured stdout/stderr and
-6 KB of worker log on disk (README, "What a long experiment keeps"); at 10^6 trials that is tens
+6 KB of worker log on disk (docs/performance.md, "What a long experiment keeps"); at 10^6 trials that is tens
 of GB, almost all of it read only by the run's own log view. Compacting a finished experiment, run
 by run (its finished runs, a page at a time, so memory stays flat at any size):
 
