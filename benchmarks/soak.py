@@ -38,7 +38,7 @@ or raised; else 0.
 
 Without ``--home`` a fresh home under ``/tmp`` is used and removed at the end (kept, and its path printed, when
 a run failed, or with ``--keep-home``). A given ``--home`` must be reachable by the embedded Postgres's user when
-running as root (see the README). Its services are brought up as ``tests/conftest.py`` does
+running as root (see docs/getting-started.md). Its services are brought up as ``tests/conftest.py`` does
 (``LocalDeployment(home).up()``) and always stopped at the end, also on an error or Ctrl-C, after every process
 of a train still running (CLI, driver, run workers, sandboxes) has been killed.
 """

@@ -1,6 +1,6 @@
 """The package's reference workload (``rl_assets.domain``), piece by piece against the spec oracle.
 
-``tests/oracle.py`` is written from docs/reference-workload.md alone; here each domain function the durable
+``rl_assets_testkit.oracle`` is written from docs/reference-workload.md alone; here each domain function the durable
 system runs (trial plan, agent, verifier, judge, reward, bandit update, step summary, fault draws) is fed the
 same inputs as the oracle, on every trial of several configurations and rubrics, and must give the same values.
 """

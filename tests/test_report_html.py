@@ -6,7 +6,7 @@ gives: each line's per-step mean reward, the checks and the judge calls.
 Without matplotlib the flag is refused on one line, before any work.
 
 With ``RL_ASSETS_SCREENSHOTS=DIR`` the page's first image (the mean reward curves) is also saved as
-``DIR/curves.png``, the README's picture of them, as ``tests/test_ui_browser.py`` saves its views.
+``DIR/curves.png``, docs/guides/ui.md's picture of them, as ``tests/test_ui_browser.py`` saves its views.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from pathlib import Path
 import rl_assets
 
 PACKAGE = Path(rl_assets.__file__).parent
-ALLOWED = {PACKAGE / "stores", PACKAGE / "services" / "postgres.py", PACKAGE / "testing" / "kills.py"}
-"""The stores; the role and database bootstrap that runs as superuser before any store exists; and the kill
-tests' auditor, which counts the ledgers' raw rows on purpose: evidence must not come through the stores it checks."""
+ALLOWED = {PACKAGE / "stores", PACKAGE / "services" / "postgres.py"}
+"""The stores, and the role and database bootstrap that runs as superuser before any store exists. (The kill tests'
+auditor counts the ledgers' raw rows on purpose, but it is in the test kit, outside the package this scans.)"""
 
 SQL = re.compile(
     r"\bSELECT\b.+\bFROM\b|\bSELECT\s+(pg_|1\b|count\()|\bINSERT\s+INTO\b|\bUPDATE\s+\w+\s+SET\b|\bDELETE\s+FROM\b"

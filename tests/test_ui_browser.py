@@ -14,7 +14,7 @@ Chromium and chromedriver are system packages (``apt-get install -y chromium chr
 them every test here is skipped, with that reason, before the session's home is started; with
 ``RL_ASSETS_REQUIRE_BROWSER=1`` (or ``RL_ASSETS_REQUIRE_ALL=1``, for CI) their absence fails instead.
 
-With ``RL_ASSETS_SCREENSHOTS=DIR`` each view is also saved as ``DIR/<view>.png``; the README's
+With ``RL_ASSETS_SCREENSHOTS=DIR`` each view is also saved as ``DIR/<view>.png``; docs/guides/ui.md's
 pictures are made so: ``RL_ASSETS_SCREENSHOTS=docs/screenshots pytest tests/test_ui_browser.py``.
 """
 
@@ -333,7 +333,7 @@ def test_each_assets_checks_tab_lists_its_checks_each_succeeded(browser: WebDriv
     defined = {asset: {k.name for k in graph.asset_check_keys if k.asset_key == dg.AssetKey(asset)} for asset in ASSETS}
     with_checks = sorted(asset for asset, names in defined.items() if names)
     assert with_checks == ["rewards", "weights", "worlds"]
-    for asset in with_checks:  # worlds last: its tab is the README's picture
+    for asset in with_checks:  # worlds last: its tab is docs/guides/ui.md's picture
         assert check_names_shown(browser, ui, asset) == defined[asset]
         for name in sorted(defined[asset]):
             wait_for(browser, present(passed_check(name)), f"the check {name} of {asset} shown as succeeded")

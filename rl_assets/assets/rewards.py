@@ -146,7 +146,9 @@ def _judged_before(
     agree: that run judged the trial and saved its reward, then ended before its materialization was written (a
     rollout run failed or killed at its end). Judging it again would call nothing (the verdict is recorded) but
     would count another attempt and draw its faults again; as a stored rollout is reused, so is this.
-    Anything missing, damaged or different is judged as usual."""
+    Anything missing, damaged or different is judged as usual, and so is a verifier-only reward saved after
+    the judge failed for good (``--judge-failure verifier-only``): there is no verdict to reuse, and the rerun
+    asks the judge again."""
     try:
         saved = state.trials.reward(config.name, rubric_name, step, slot)
         verdict = state.verdicts.get(key) if saved is not None else None

@@ -84,8 +84,7 @@ def _train_step(
         context.log.info(f"applied {where}: version {policy.version} by actor {applied.actor_pid}")
     else:
         context.log.info(f"{where} was already applied; reusing its checkpoint")
-    if step == config.steps - 1 and trainer.release(config.name):
-        context.log.info(f"{where} was the chain's last: ended the trainer actor of {config.name}, freeing its memory")
+    _release_after_last_step(context, state, trainer, config, step)
     summary = StepSummary.of_batch(config, step, batch)
     state.training.summarize(summary)
     mean_reward, mean_turns, planned = summary.mean_reward, summary.mean_turns, summary.trials_planned
@@ -112,6 +111,29 @@ def _train_step(
             metadata.get(f"{usage.role}_tokens", 0) + usage.prompt_tokens + usage.completion_tokens
         )
     return metadata
+
+
+def _release_after_last_step(
+    context: dg.AssetExecutionContext, state: Stores, trainer: TrainerResource, config: ExperimentConfig, step: int
+) -> None:
+    """End the experiment's trainer actor once this chain's last step is in the ledger and no other chain of the
+    experiment (its own rubric's, a requested re-scoring's) is still training: the chains share the actor.
+
+    Best effort: the step is done either way (its ledger row and checkpoint are written), so a release that
+    fails (the cluster unreachable, say) leaves an idle actor and a warning, never a failed step.
+    """
+    if step != config.steps - 1:
+        return
+    others = {state.experiments.get(config.name).rubric, *state.scorings.requested(config.name)} - {config.rubric}
+    if any(state.training.frontier(config.name, rubric) < config.steps for rubric in others):
+        return
+    try:
+        released = trainer.release(config.name)
+    except Exception as err:  # whatever Ray raises for a cluster it cannot reach: not this step's failure
+        context.log.warning(f"could not end the trainer actor of {config.name} ({err}); it stays idle until stop")
+        return
+    if released:
+        context.log.info(f"{config.name}'s chains are all trained: ended its trainer actor, freeing its memory")
 
 
 def _unsettled(state: Stores, config: ExperimentConfig, step: int) -> list[str]:

@@ -118,11 +118,10 @@ class TrainerResource(dg.ConfigurableResource):
     def release(self, experiment: str) -> bool:
         """End the experiment's actor, if it lives; True if one was ended.
 
-        Called once a chain's last step is in the ledger: the actor holds the policy (a language model and
-        its optimiser, gigabytes) only to keep the next step warm, and a home that trains one experiment
-        after another would otherwise keep every finished one's in memory until ``rl-assets stop``. A later
-        re-scoring starts a new actor from the checkpoints, as after a lost one; a step another chain of the
-        experiment is applying meanwhile fails with the actor and is retried, from its parent, once.
+        Called once the experiment's chains are all trained (``weights`` decides): the actor holds the policy (a
+        language model and its optimiser, gigabytes) only to keep the next step warm, and a home that trains
+        one experiment after another would otherwise keep every finished one's in memory until
+        ``rl-assets stop``. A later re-scoring starts a new actor from the checkpoints, as after a lost one.
         """
         import ray
 

@@ -41,7 +41,7 @@ The result's :attr:`~rl_assets.tasks.verifier.VerifierResult.provenance` is ``"v
 ``"flagged: <why>"``: the reward is still only what trusted writers wrote, but the platform cannot vouch
 for it and the blocking asset check refuses to train on it. What this cannot see: the verifier's decisions
 themselves, where they rest on what the agent's code did (its exit status, its output, the files it
-writes, anything it does inside the process that runs it); see README's "Security defaults".
+writes, anything it does inside the process that runs it); see docs/security.md.
 
 The verifier's time counts against the trial's ``deadline`` when one is given. The oracle is Harbor's:
 ``solution/solve.sh`` (copied to ``/solution``) as the agent, one command, then the verifier (what

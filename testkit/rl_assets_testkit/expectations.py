@@ -72,7 +72,7 @@ def oracle_expectation(
     failed: frozenset[str] = frozenset(),
     rubric_weights: tuple[float, float, float] | None = None,
 ) -> Expectation:
-    """What ``train`` of ``config`` must give, from the spec oracle (``tests/oracle.py``).
+    """What ``train`` of ``config`` must give, from the spec oracle (``rl_assets_testkit.oracle``).
 
     ``failed``: trial ids that failed for good. ``rubric_weights``: (correctness, efficiency, tidiness) of
     ``config.rubric`` when it is not a built-in.
