@@ -19,6 +19,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
@@ -297,3 +298,41 @@ def test_a_trial_judged_again_after_its_run_ended_keeps_its_recorded_reward_and_
     assert materialization.metadata["reward"].value == saved.reward
     assert stores.trials.reward(NAME, CONFIG.rubric, 1, "p0-n0") == saved
     assert stores.attempts.counts(NAME) == before, "no attempt, no judge call"
+
+
+def test_the_trainer_actor_is_ended_only_once_every_chain_of_its_experiment_is_trained(trained, stores):
+    """The chains of an experiment (its rubric's, each re-scoring's) share its trainer actor: the last step of one
+    ends it only if no other is still training, and a release that fails leaves the step done, with a warning."""
+    from rl_assets.assets.weights import _release_after_last_step
+
+    released: list[str] = []
+    warnings: list[str] = []
+
+    class Trainer:
+        def __init__(self, fails: bool = False) -> None:
+            self.fails = fails
+
+        def release(self, experiment: str) -> bool:
+            if self.fails:
+                raise ConnectionError("the cluster is unreachable")
+            released.append(experiment)
+            return True
+
+    context = SimpleNamespace(log=SimpleNamespace(info=lambda line: None, warning=warnings.append))
+    last = CONFIG.steps - 1
+    _release_after_last_step(context, stores, Trainer(), CONFIG, last - 1)
+    assert released == [], "not the chain's last step"
+    _release_after_last_step(context, stores, Trainer(), CONFIG, last)
+    assert released == [NAME], "v1 and its re-scoring are both trained"
+
+    stores.scorings.request(NAME, "v9-untrained", requested_by="test")
+    try:
+        _release_after_last_step(context, stores, Trainer(), CONFIG, last)
+        _release_after_last_step(context, stores, Trainer(), CONFIG.scored_with(RESCORED), last)
+        assert released == [NAME], "a requested re-scoring still training keeps the actor"
+    finally:
+        with stores.db.transaction() as cur:
+            cur.execute("DELETE FROM rl_scorings WHERE experiment = %s AND rubric = 'v9-untrained'", (NAME,))
+
+    _release_after_last_step(context, stores, Trainer(fails=True), CONFIG, last)
+    assert len(warnings) == 1 and "the cluster is unreachable" in warnings[0]
