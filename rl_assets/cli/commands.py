@@ -184,7 +184,7 @@ def _follow(
 
     from rl_assets.cli.progress_display import ProgressDisplay
     from rl_assets.driver.audit import audit
-    from rl_assets.driver.failure_watch import FailureWatch, last_failure
+    from rl_assets.driver.failure_watch import Failure, FailureWatch, last_failure
     from rl_assets.driver.planner import plan, stuck_units
     from rl_assets.driver.pooled_storage import OUTAGE_ERRORS
     from rl_assets.services.daemon import LocalDaemon
@@ -220,6 +220,14 @@ def _follow(
         stores.progress.note(config.name, rubric_name, f"{config.name}: stopped: {reason}", False, time.time())
         raise RuntimeError(f"{reason}; see {log}")
 
+    def watched(watch: FailureWatch) -> Failure | None:
+        """The failure watch's finding; none while the database is restarting (``current`` waits that out, and
+        the watch looks again on the next turn), so an outage never ends the command by surprise."""
+        try:
+            return watch.check()
+        except OUTAGE_ERRORS:
+            return None
+
     daemon = LocalDaemon(home)
     try:
         with DagsterInstance.get() as instance:
@@ -231,7 +239,7 @@ def _follow(
             stores.drives.request(config.name, requested_by="cli")
             deaths: list[str] = []
             while not (p := current(instance)).done:
-                if failure := watch.check():
+                if failure := watched(watch):
                     log = home.logs / (f"run-{failure.run_id}.log" if failure.run_id else "daemon.log")
                     stop(failure.line(), log)
                 if stuck := stuck_units(p):
