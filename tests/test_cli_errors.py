@@ -73,4 +73,5 @@ def test_train_ends_by_saying_where_to_look_next_on_stderr(capsys):
     out, err = capsys.readouterr()
     assert out == "", "stdout stays the table alone"
     assert "`rl-assets report --experiment demo --home '/tmp/my home'`" in err
+    assert "`rl-assets show s0-p0-n0 --experiment demo --home '/tmp/my home'`" in err, "a trial that exists"
     assert "`rl-assets dev --home '/tmp/my home'` (the UI" in err

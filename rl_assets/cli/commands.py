@@ -290,11 +290,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _next_steps(args: argparse.Namespace, config: ExperimentConfig) -> None:
-    """Where to look next, on stderr (stdout is the table): the evidence, a trial, and the UI."""
+    """Where to look next, on stderr (stdout is the table): the evidence, its first trial, and the UI."""
     home = f" --home {shlex.quote(args.home)}" if args.home else ""
     print(
         f"next: `rl-assets report --experiment {config.name}{home}` (retries, judge calls, every trial), "
-        f"`rl-assets show TRIAL --experiment {config.name}{home}` (a transcript), "
+        f"`rl-assets show {config.trials(0)[0].trial_id} --experiment {config.name}{home}` (a trial's transcript), "
         f"`rl-assets dev{home}` (the UI: asset graph, partition grid, transcripts)",
         file=sys.stderr,
     )
