@@ -110,7 +110,7 @@ class Home:
 
     @property
     def launchpad_rules(self) -> Path:
-        """What launchpad runs may start: task directories and hosts (:mod:`rl_assets.driver.launchpad_rules`)."""
+        """What launchpad runs may start: task directories and hosts (:mod:`rl_assets.application.launchpad_rules`)."""
         return self.root / "launchpad.toml"
 
     @property

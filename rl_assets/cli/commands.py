@@ -18,7 +18,8 @@ import time
 import types
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
@@ -26,9 +27,11 @@ from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origi
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from rl_assets.application import experiments
+from rl_assets.application.experiments import Refused
 from rl_assets.domain.experiment import ExperimentConfig, is_derived
-from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name, shown
-from rl_assets.domain.rubrics import UnknownRubricError, describe, kind_problem
+from rl_assets.domain.names import check_experiment_name, check_rubric_name, shown
+from rl_assets.domain.rubrics import describe
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.home import Home, HomeError
 from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
@@ -91,11 +94,25 @@ def _problem(model: type[BaseModel], err: ValidationError) -> str:
 
 
 def _checked(check: Callable[[str], str], value: str, flag: str) -> str:
-    """A name checked by its one check before it is used for anything."""
+    with _as_usage():
+        return experiments.checked_name(check, flag, value)
+
+
+REFUSED_FLAGS = {"parent": "--from", "name": "--experiment", "experiment": "--experiment"}
+"""The flags of the inputs a fork or re-scoring names; every other refused field is a config field's flag."""
+
+
+@contextmanager
+def _as_usage() -> Iterator[None]:
+    """The application's refusal as this command's: one line naming the flag at fault, exit 2."""
     try:
-        return check(value)
-    except InvalidNameError as err:
-        raise UsageError(f"{flag}: {err} (got {shown(value)})") from None
+        yield
+    except Refused as err:
+        if err.field is None:
+            raise UsageError(err.problem) from None
+        field = err.field
+        flag = REFUSED_FLAGS.get(field) or FLAG_OF.get((ExperimentConfig, field)) or field
+        raise UsageError(f"{flag}: {err.problem}") from None
 
 
 def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runtime]:
@@ -120,22 +137,12 @@ def _check_environment() -> None:
         raise UsageError(str(err)) from None
 
 
-def _resolve_rubric(home: Home, name: str, stores=None, config: ExperimentConfig | None = None) -> str:
-    """The rubric's name once it is known to be usable (and, with stores, pinned to its hash).
+def _usable_rubric(home: Home, name: str, config: ExperimentConfig | None = None) -> None:
+    """Refuse an unusable rubric from the home's files alone, before any service starts (or Dagster loads)."""
+    from rl_assets.stores.rubrics import RubricRegistry
 
-    With ``config``, also that it is of the kind the experiment's judge reads (weights, or an LLM's prompt).
-    """
-    from rl_assets.stores.rubrics import RubricError, RubricRegistry
-
-    registry = stores.rubrics if stores is not None else RubricRegistry(home.rubrics)
-    try:
-        rubric = registry.get(name)
-    except (UnknownRubricError, RubricError) as err:
-        raise UsageError(f"--rubric: {err}") from None
-    if config is not None and config.judge != "none":
-        if problem := kind_problem(rubric, llm_judge=config.judge == "llm"):
-            raise UsageError(f"--rubric: {problem}")
-    return rubric.name
+    with _as_usage():
+        experiments.usable_rubric(RubricRegistry(home.rubrics), name, config)
 
 
 def _preflight(checks) -> None:
@@ -268,20 +275,15 @@ def _follow(
 def cmd_train(args: argparse.Namespace) -> int:
     config, runtime = _config_from_args(args)
     home = Home.resolve(args.home)
-    _resolve_rubric(home, config.rubric, config=config)  # refused before any service starts (or Dagster loads)
+    _usable_rubric(home, config.rubric, config)
     _check_api_keys(home, config)
     from rl_assets.cli.preflight import for_home
-    from rl_assets.stores.experiments import ExperimentConflictError
     from rl_assets.views.results import experiment_result, failed_steps, format_table
 
     _preflight(for_home(home, tasks=config.tasks is not None))
     stores = _open(home)
-    _resolve_rubric(home, config.rubric, stores, config)  # pinned before the experiment is recorded with it
-    config = _with_task_set(home, config)
-    try:
-        stores.experiments.create_or_resume(config, runtime)
-    except ExperimentConflictError as err:
-        raise UsageError(str(err)) from None
+    with _as_usage():
+        config = experiments.start(stores, home, config, runtime).config
     _follow(home, stores, config, audit_all=args.audit)
     _print_result(experiment_result(stores, config, per_trial=True), args.json, format_table)
     if not args.json:
@@ -318,55 +320,31 @@ CALLER_KEYS = (
 def _check_api_keys(home: Home, config: ExperimentConfig) -> None:
     """Refuse, before anything starts, a key the experiment names but the home lacks, and a key left in this
     shell's environment: the runs never see it (the home's services drop every credential they inherit)."""
-    from rl_assets.services.api_keys import ApiKeyError, ApiKeys
     from rl_assets.settings import settings
 
     if settings().env != "local":
         return  # keys are Kubernetes Secrets there
     for variable, role, field in CALLER_KEYS:
-        flag, name = FLAG_OF[(ExperimentConfig, field)], getattr(config, field)
-        if name is None and os.environ.get(variable):
+        if getattr(config, field) is None and os.environ.get(variable):
             raise UsageError(
                 f"{variable} is set, but runs never read the caller's environment: store the key with "
-                f"`rl-assets keys set {role} --from-env {variable}` and give {flag} {role}"
+                f"`rl-assets keys set {role} --from-env {variable}` and give {FLAG_OF[(ExperimentConfig, field)]} "
+                f"{role}"
             )
-        if name is not None:
-            try:
-                ApiKeys(home).read(name)
-            except (ApiKeyError, PermissionError) as err:
-                raise UsageError(f"{flag}: {err}") from None
-
-
-def _with_task_set(home: Home, config: ExperimentConfig) -> ExperimentConfig:
-    """A task experiment's config with its task set validated and recorded into the home (snapshots)."""
-    if config.tasks is None:
-        return config
-    from rl_assets.containers.runtime import containers_available
-    from rl_assets.settings import settings
-    from rl_assets.tasks.snapshot import TaskSetError, with_recorded_task_set
-
-    try:
-        on_kubernetes = settings().env == "kubernetes"
-        containers = not on_kubernetes and containers_available()
-        return with_recorded_task_set(config, home.tasks, on_kubernetes=on_kubernetes, containers=containers)
-    except TaskSetError as err:
-        raise UsageError(f"--tasks: {err}") from None
+    with _as_usage():
+        experiments.check_named_keys(home, config)
 
 
 def _existing(stores, name: str, flag: str = "--experiment") -> ExperimentConfig:
-    from rl_assets.stores.experiments import UnknownExperimentError
-
-    try:
-        return stores.experiments.get(name)
-    except UnknownExperimentError as err:
-        raise UsageError(f"{flag}: {err}") from None
+    with _as_usage():
+        return experiments.existing(stores, name, "parent" if flag == "--from" else "experiment")
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
     _checked(check_experiment_name, args.experiment, "--experiment")
     _checked(check_rubric_name, args.rubric, "--rubric")
     home = Home.resolve(args.home)
-    _resolve_rubric(home, args.rubric)
+    _usable_rubric(home, args.rubric)
     from dagster import DagsterInstance
 
     from rl_assets.cli.preflight import for_home
@@ -375,16 +353,15 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
     _preflight(for_home(home, sandbox=False))  # a re-scoring judges and trains: it runs no trial
     stores = _open(home)
-    rubric = _resolve_rubric(home, args.rubric, stores)
-    config = _existing(stores, args.experiment)
-    _resolve_rubric(home, rubric, stores, config)
-    with DagsterInstance.get() as instance:
-        if not plan(instance, stores, config).done:
-            raise UsageError(f"experiment {config.name!r} is not trained yet; finish it with `rl-assets train` first")
-    if rubric != config.rubric:
-        stores.scorings.request(config.name, rubric, requested_by="cli")
-        _follow(home, stores, config, rubric)
-    _print_result(experiment_result(stores, config.scored_with(rubric), per_trial=True), args.json, format_table)
+    with DagsterInstance.get() as instance, _as_usage():
+        trained = lambda config: plan(instance, stores, config).done  # noqa: E731 - read with the instance open
+        rescoring = experiments.rescore(stores, args.experiment, args.rubric, trained, requested_by="cli")
+    config = rescoring.config
+    if rescoring.rubric != config.rubric:
+        _follow(home, stores, config, rescoring.rubric)
+    _print_result(
+        experiment_result(stores, config.scored_with(rescoring.rubric), per_trial=True), args.json, format_table
+    )
     return 0
 
 
@@ -422,24 +399,15 @@ def cmd_fork(args: argparse.Namespace) -> int:
     _checked(check_experiment_name, args.experiment, "--experiment")
     _checked(check_rubric_name, args.rubric, "--rubric")
     home = Home.resolve(args.home)
-    _resolve_rubric(home, args.rubric)
+    _usable_rubric(home, args.rubric)
     from rl_assets.cli.preflight import for_home
-    from rl_assets.stores.experiments import ExperimentConflictError
     from rl_assets.views.results import experiment_result, format_table
 
     _preflight(for_home(home))
     stores = _open(home)
-    parent = _existing(stores, args.parent, "--from")
-    _check_api_keys(home, parent)
-    rubric = _resolve_rubric(home, args.rubric, stores, parent)
-    try:
-        fork = parent.with_changes(name=args.experiment, rubric=rubric)
-    except ValidationError as err:
-        raise UsageError(_problem(ExperimentConfig, err)) from None
-    try:
-        stores.experiments.create_or_resume(fork, Runtime(), forked_from=parent.name)
-    except ExperimentConflictError as err:
-        raise UsageError(str(err)) from None
+    _check_api_keys(home, _existing(stores, args.parent, "--from"))
+    with _as_usage():
+        fork = experiments.fork(stores, home, args.parent, args.experiment, args.rubric).config
     _follow(home, stores, fork)
     _print_result(experiment_result(stores, fork, per_trial=True), args.json, format_table)
     return 0

@@ -2,34 +2,30 @@
 
 Each job only records what is wanted; the driver sensor then launches the
 runs. Every value is checked by the same schema as the CLI's flags (the
-domain models, whose fields the configs are derived from) before anything is
-recorded: a bad value, an unknown or invalid rubric, or a changed config
-fails the run with one line and records nothing.
+domain models, whose fields the configs are derived from), and the request by
+the same functions as the CLI's (:mod:`rl_assets.application.experiments`),
+before anything is recorded: a bad value, an unknown or invalid rubric, or a
+changed config fails the run with one line, is not retried, and records
+nothing.
 ``start_experiment_job`` records a new experiment; ``fork_experiment_job`` a
 copy of one under another rubric, which reuses every rollout whose identity
 is unchanged; ``rescore_experiment_job`` a re-scoring of a finished one.
 """
 
 import types
-from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import dagster as dg
 from pydantic import BaseModel, Field, ValidationError, create_model
 
-from rl_assets.containers.runtime import containers_available
+from rl_assets.application import experiments
+from rl_assets.application.experiments import Refused
+from rl_assets.application.launchpad_rules import LaunchpadRules, LaunchRefused
 from rl_assets.domain.experiment import ExperimentConfig, is_derived
-from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name
-from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
-from rl_assets.driver.launchpad_rules import LaunchpadRules, LaunchRefused
+from rl_assets.driver.planner import plan
 from rl_assets.home import Home
 from rl_assets.resources.stores import StoresResource
-from rl_assets.services.api_keys import ApiKeyError, ApiKeys
-from rl_assets.settings import settings
-from rl_assets.stores.experiments import ExperimentConflictError, UnknownExperimentError
-from rl_assets.tasks.snapshot import TaskSetError, with_recorded_task_set
-from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
 LAUNCHPAD_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
     ExperimentConfig: tuple(name for name, info in ExperimentConfig.model_fields.items() if not is_derived(info)),
@@ -73,83 +69,38 @@ StartExperimentConfig = create_model(
 )
 
 
-def _refuse(problem: str) -> dg.Failure:
+def _refuse(refused: Refused | str) -> dg.Failure:
     """The run's failure for a bad config value: one line, and no retry (the config will not get better)."""
-    return dg.Failure(f"invalid config: {problem}", allow_retries=False)
-
-
-def _schema_problem(err: ValidationError) -> str:
-    first = err.errors()[0]
-    message = first["msg"].removeprefix("Value error, ")
-    return f"{first['loc'][0]}: {message}" if first["loc"] else message
+    return dg.Failure(f"invalid config: {refused}", allow_retries=False)
 
 
 def _built(model: type[BaseModel], values: dict[str, Any]) -> Any:
     try:
         return model(**values)
     except ValidationError as err:
-        raise _refuse(_schema_problem(err)) from None
+        first = err.errors()[0]
+        message = first["msg"].removeprefix("Value error, ")
+        raise _refuse(f"{first['loc'][0]}: {message}" if first["loc"] else message) from None
 
 
-def _check_kind(rubric: AnyRubric, config: ExperimentConfig) -> None:
-    """Refuse a rubric of the wrong kind for the experiment's judge (weights for an LLM, or the reverse)."""
-    if config.judge != "none" and (problem := kind_problem(rubric, llm_judge=config.judge == "llm")):
-        raise _refuse(f"rubric: {problem}")
-
-
-def _name(check: Callable[[object], str], field: str, value: str) -> str:
-    try:
-        return check(value)
-    except InvalidNameError as err:
-        raise _refuse(f"{field}: {err}") from None
-
-
-def _check_named_keys(home: Home, config: ExperimentConfig) -> None:
-    """Refuse a key the experiment names but the home lacks (locally; on Kubernetes keys are Secrets)."""
-    if settings().env != "local":
-        return
-    for field in ("policy_key_name", "judge_key_name"):
-        if (name := getattr(config, field)) is not None:
-            try:
-                ApiKeys(home).read(name)
-            except (ApiKeyError, PermissionError) as err:
-                raise _refuse(f"{field}: {err}") from None
+def _requested_by(context: dg.OpExecutionContext) -> str:
+    return f"launchpad run {context.run_id}"
 
 
 @dg.op(description="Record an experiment; the driver sensor then trains it.")
 def start_experiment(context: dg.OpExecutionContext, config: StartExperimentConfig, stores: StoresResource) -> None:
     fields = config.model_dump()
     built = {model: _built(model, {n: fields[n] for n in names}) for model, names in LAUNCHPAD_FIELDS.items()}
-    experiment: ExperimentConfig = built[ExperimentConfig]
-    state = stores.stores
-    try:
-        rubric = state.rubrics.get(experiment.rubric)  # known, valid and pinned before the experiment is recorded
-    except ValueError as err:  # unknown, an invalid file, or a changed one
-        raise _refuse(f"rubric: {err}") from None
-    _check_kind(rubric, experiment)
-    try:
-        workload_of(experiment)  # registered in this code location, as the assets will need it
-    except UnknownWorkloadError as err:
-        raise _refuse(f"workload: {err}") from None
+    state, runtime = stores.stores, Runtime(faults=built[FaultConfig], execution=built[ExecutionSettings])
     home = Home(state.home)
     try:
-        LaunchpadRules.load(home.launchpad_rules).check(experiment)
-    except LaunchRefused as err:
-        raise _refuse(str(err)) from None
-    _check_named_keys(home, experiment)
-    try:
-        on_kubernetes = settings().env == "kubernetes"
-        containers = not on_kubernetes and containers_available()
-        experiment = with_recorded_task_set(experiment, home.tasks, on_kubernetes=on_kubernetes, containers=containers)
-    except TaskSetError as err:
-        raise _refuse(f"tasks: {err}") from None
-    runtime = Runtime(faults=built[FaultConfig], execution=built[ExecutionSettings])
-    try:
-        created = state.experiments.create_or_resume(experiment, runtime)
-    except ExperimentConflictError as err:
-        raise _refuse(str(err)) from None
-    state.drives.request(experiment.name, requested_by=f"launchpad run {context.run_id}")
-    context.log.info(f"experiment {experiment.name} {'created' if created else 'already exists; resuming'}")
+        rules = LaunchpadRules.load(home.launchpad_rules)
+        recorded = experiments.start(state, home, built[ExperimentConfig], runtime, rules)
+    except (Refused, LaunchRefused) as err:
+        raise _refuse(err) from None
+    experiments.drive(state, recorded.config.name, _requested_by(context))
+    status = "created" if recorded.created else "already exists; resuming"
+    context.log.info(f"experiment {recorded.config.name} {status}")
 
 
 @dg.job(description="Start (or resume) an experiment from the launchpad.")
@@ -167,25 +118,14 @@ class ForkExperimentConfig(dg.Config):
 
 @dg.op(description="Record a fork of an experiment; the driver sensor then trains it.")
 def fork_experiment(context: dg.OpExecutionContext, config: ForkExperimentConfig, stores: StoresResource) -> None:
-    parent = _name(check_experiment_name, "parent", config.parent)
-    name = _name(check_experiment_name, "name", config.name)
     state = stores.stores
     try:
-        rubric = state.rubrics.get(_name(check_rubric_name, "rubric", config.rubric))
-        fork = state.experiments.get(parent).with_changes(name=name, rubric=rubric.name)
-    except UnknownExperimentError as err:
-        raise _refuse(f"parent: {err}") from None
-    except ValidationError as err:
-        raise _refuse(_schema_problem(err)) from None
-    except ValueError as err:
-        raise _refuse(f"rubric: {err}") from None
-    _check_kind(rubric, fork)
-    try:
-        created = state.experiments.create_or_resume(fork, Runtime(), forked_from=parent)
-    except ExperimentConflictError as err:
-        raise _refuse(str(err)) from None
-    state.drives.request(fork.name, requested_by=f"launchpad run {context.run_id}")
-    context.log.info(f"fork {fork.name} of {parent} {'created' if created else 'already exists; resuming'}")
+        recorded = experiments.fork(state, Home(state.home), config.parent, config.name, config.rubric)
+    except Refused as err:
+        raise _refuse(err) from None
+    experiments.drive(state, recorded.config.name, _requested_by(context))
+    status = "created" if recorded.created else "already exists; resuming"
+    context.log.info(f"fork {recorded.config.name} of {config.parent} {status}")
 
 
 @dg.job(description="Fork an experiment under another rubric from the launchpad.")
@@ -202,20 +142,24 @@ class RescoreExperimentConfig(dg.Config):
 
 @dg.op(description="Record a re-scoring; the driver sensor then judges and retrains, never generating.")
 def rescore_experiment(context: dg.OpExecutionContext, config: RescoreExperimentConfig, stores: StoresResource) -> None:
-    experiment = _name(check_experiment_name, "experiment", config.experiment)
     state = stores.stores
     try:
-        recorded = state.experiments.get(experiment)
-        rubric = state.rubrics.get(_name(check_rubric_name, "rubric", config.rubric))
-    except UnknownExperimentError as err:
-        raise _refuse(f"experiment: {err}") from None
-    except ValueError as err:
-        raise _refuse(f"rubric: {err}") from None
-    _check_kind(rubric, recorded)
-    new = state.scorings.request(experiment, rubric.name, requested_by=f"launchpad run {context.run_id}")
-    state.drives.request(experiment, requested_by=f"launchpad run {context.run_id}")
-    status = "requested" if new else "already requested"
-    context.log.info(f"re-scoring of {experiment} with {rubric.name} {status}")
+        rescoring = experiments.rescore(
+            state,
+            config.experiment,
+            config.rubric,
+            trained=lambda c: plan(context.instance, state, c).done,
+            requested_by=_requested_by(context),
+        )
+    except Refused as err:
+        raise _refuse(err) from None
+    name = rescoring.config.name
+    if rescoring.rubric == rescoring.config.rubric:
+        context.log.info(f"{name} is scored with {rescoring.rubric} already; nothing to re-score")
+        return
+    experiments.drive(state, name, _requested_by(context))
+    status = "requested" if rescoring.new else "already requested"
+    context.log.info(f"re-scoring of {name} with {rescoring.rubric} {status}")
 
 
 @dg.job(description="Re-score a finished experiment under another rubric from the launchpad.")

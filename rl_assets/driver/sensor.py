@@ -51,10 +51,13 @@ import dagster as dg
 from dagster import DagsterInstance
 from sqlalchemy.exc import SQLAlchemyError
 
+from rl_assets.application import experiments
+from rl_assets.application.experiments import Refused
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.assets.pools import POOLS
 from rl_assets.assets.rollout_batches import batch_run_config
 from rl_assets.deployment import current, launch_tags, rescore_experiments
+from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import content_hash
 from rl_assets.driver.failure_watch import run_error
 from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Launch, Plan, give_up_on_crashing, plan
@@ -343,13 +346,17 @@ def rubric_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -
     new = sorted(name for name in current if name not in seen)
     if not new:
         return dg.SkipReason("no new rubric")
+
+    def trained(config: ExperimentConfig) -> bool:
+        return plan(context.instance, state, config).done
+
     for name in _watched(state):
-        if not plan(context.instance, state, state.experiments.get(name)).done:
-            context.log.info(f"{name} is still training; re-score it once it is done")
-            continue
         for rubric in new:
-            state.rubrics.get(rubric)  # pin the rubric's hash before anything is judged with it
-            state.scorings.request(name, rubric, requested_by="rubric_sensor")
-            state.drives.request(name, requested_by="rubric_sensor")
+            try:
+                experiments.rescore(state, name, rubric, trained, requested_by="rubric_sensor")
+            except Refused as err:  # still training, or a rubric this experiment's judge cannot read
+                context.log.info(f"not re-scoring {name} with the new rubric {rubric}: {err}")
+                continue
+            experiments.drive(state, name, requested_by="rubric_sensor")
             context.log.info(f"re-scoring {name} with the new rubric {rubric}; the driver sensor launches it")
     return dg.SensorResult(cursor=json.dumps(current))
