@@ -60,7 +60,7 @@ class BadEnvironmentError(ValueError, RuntimeError):
 
 def _blank_is_unset(value: object) -> object:
     """An empty variable means the default, as ``os.environ.get(NAME) or default`` did for these variables."""
-    if isinstance(value, str) and not value.strip():
+    if value == "":
         raise PydanticUseDefault()
     return value
 
@@ -182,7 +182,10 @@ class Settings(BaseSettings):
 
 
 class _Variables(EnvSettingsSource):
-    """The environment source over a given mapping: the process's own, or a test's, or a part of either."""
+    """The environment source over a given mapping: the process's own, or a test's, or a part of either.
+
+    ``_load_env_vars`` is the hook pydantic-settings' own sources (dotenv, the cloud secret stores) override to read
+    another mapping; the environment source's parsing (exact names, no JSON for ``NoDecode`` fields) is kept."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self._environ = environ  # read by _load_env_vars, which the base class calls while it initialises
