@@ -368,8 +368,7 @@ def bench_train(experiment: str, batch_size: int, calls: int, attach_reps: int) 
     from rl_assets.domain.bandit import apply_step
     from rl_assets.domain.models import Policy, Reward
     from rl_assets.resources.trainer import TrainerResource
-    from rl_assets.services.local_deployment import RAY_NAMESPACE_ENV
-    from rl_assets.services.ray_head import RAY_ADDRESS_ENV
+    from rl_assets.settings import RAY_ADDRESS_ENV, RAY_NAMESPACE_ENV
 
     address, namespace = os.environ[RAY_ADDRESS_ENV], os.environ[RAY_NAMESPACE_ENV]
     batch = _batch(batch_size)

@@ -2,16 +2,19 @@
 
 ``reference/cli.md`` gets every command's ``--help`` (from :func:`rl_assets.cli.commands.build_parser`), and
 ``reference/settings.md`` a table of every experiment, fault and execution setting (from the pydantic models'
-field descriptions, as the flags and the launchpad's config are).
+field descriptions, as the flags and the launchpad's config are) and one of every environment variable (from
+:class:`rl_assets.settings.Settings`, the one model the package reads them through).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import Any
 
 GENERATED = "<!-- generated -->"
+ENVIRONMENT = "<!-- generated: environment -->"
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -55,11 +58,24 @@ def _settings() -> str:
     return "\n".join(rows) + "\n"
 
 
-PAGES = {"reference/cli.md": _commands, "reference/settings.md": _settings}
+def _environment() -> str:
+    from rl_assets.settings import Settings
+
+    rows = ["| variable | default | what it is |", "| --- | --- | --- |"]
+    for info in Settings.model_fields.values():
+        default = "unset" if info.default in (None, ()) else f"`{info.default}`"
+        rows.append(f"| `{info.alias}` | {default} | {_cell(info.description or '')} |")
+    return "\n".join(rows) + "\n"
+
+
+PAGES: dict[str, dict[str, Callable[[], str]]] = {
+    "reference/cli.md": {GENERATED: _commands},
+    "reference/settings.md": {GENERATED: _settings, ENVIRONMENT: _environment},
+}
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    generate = PAGES.get(page.file.src_uri)
-    if generate is None or GENERATED not in markdown:
-        return markdown
-    return markdown.replace(GENERATED, generate())
+    for marker, generate in PAGES.get(page.file.src_uri, {}).items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, generate())
+    return markdown

@@ -17,9 +17,12 @@ import dagster as dg
 
 from rl_assets.settings import (
     ENV_VAR,
+    HOME_ENV,
     IMAGE_ENV,
     JUDGE_RATE_ENV,
     NAMESPACE_ENV,
+    RAY_ADDRESS_ENV,
+    RAY_NAMESPACE_ENV,
     Environment,
     settings,
 )
@@ -71,18 +74,18 @@ def resources() -> dict[str, Any]:
     from rl_assets.resources.trainer import TrainerResource
 
     rate = judge_max_calls_per_minute()
+    # Dagster resolves an EnvVar in the run's own process, and its UI shows which variable configures each
+    # resource; the variables themselves, their defaults and their checks are rl_assets.settings'.
     common = {
-        "stores": StoresResource(home=dg.EnvVar("RL_ASSETS_HOME")),
-        "trainer": TrainerResource(
-            ray_address=dg.EnvVar("RL_ASSETS_RAY_ADDRESS"), namespace=dg.EnvVar("RL_ASSETS_RAY_NAMESPACE")
-        ),
+        "stores": StoresResource(home=dg.EnvVar(HOME_ENV)),
+        "trainer": TrainerResource(ray_address=dg.EnvVar(RAY_ADDRESS_ENV), namespace=dg.EnvVar(RAY_NAMESPACE_ENV)),
     }
     if current() == "local":
         from rl_assets.resources.world_store import WorldStoreResource
 
         return {
             **common,
-            "world_store": WorldStoreResource(home=dg.EnvVar("RL_ASSETS_HOME")),
+            "world_store": WorldStoreResource(home=dg.EnvVar(HOME_ENV)),
             "judge": JudgeResource(max_calls_per_minute=rate),
         }
     from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV

@@ -17,10 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-HOME_ENV = "RL_ASSETS_HOME"
-RUNTIME_BASE_ENV = "RL_ASSETS_RUNTIME_BASE"
-"""The temp folder a home's runtime folder is under, for processes whose own ``TMPDIR`` is inside it."""
-DEFAULT_HOME = ".rl-assets"
+from rl_assets.settings import HOME_ENV, RUNTIME_BASE_ENV, settings
 
 
 class HomeError(Exception):
@@ -64,6 +61,12 @@ def _set_mode(path: Path, mode: int, wanted: int) -> None:
         os.chmod(path, wanted, follow_symlinks=False)
 
 
+def _runtime_base() -> str:
+    """The temp folder a home's runtime folder is under: the one :data:`RUNTIME_BASE_ENV` names, which a process
+    whose own ``TMPDIR`` is inside the runtime folder inherits, else the system's."""
+    return settings(only=(RUNTIME_BASE_ENV,)).runtime_base or tempfile.gettempdir()
+
+
 @dataclass(frozen=True)
 class Home:
     """Paths inside one home directory."""
@@ -73,7 +76,7 @@ class Home:
     @classmethod
     def resolve(cls, home: str | os.PathLike[str] | None = None) -> Home:
         """The home from an explicit path, the environment, or the default."""
-        chosen = home or os.environ.get(HOME_ENV) or DEFAULT_HOME
+        chosen = home or settings(only=(HOME_ENV,)).home
         return cls(Path(chosen).expanduser().resolve())
 
     @property
@@ -138,15 +141,14 @@ class Home:
         ``TMPDIR`` inside this folder, and what they start must still find the same one.
         """
         tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
-        return Path(os.environ.get(RUNTIME_BASE_ENV) or tempfile.gettempdir()) / f"rla-{tag}"
+        return Path(_runtime_base()) / f"rla-{tag}"
 
     def private_tmp_env(self, name: str) -> dict[str, str]:
         """Environment for a service whose temp folder (``TMPDIR``) is a private one under the runtime folder.
 
         Dagster's code servers listen on unix sockets in the temp folder, so the daemon and the UI get their own.
         """
-        base = os.environ.get(RUNTIME_BASE_ENV) or tempfile.gettempdir()
-        return {RUNTIME_BASE_ENV: base, "TMPDIR": str(ensure_private_dir(self.runtime / name))}
+        return {RUNTIME_BASE_ENV: _runtime_base(), "TMPDIR": str(ensure_private_dir(self.runtime / name))}
 
     @property
     def layout(self) -> tuple[Path, ...]:

@@ -105,6 +105,11 @@ BAD_ENV = [
     ({"RL_ASSETS_RESCORE_EXPERIMENTS": "*,ref"}, "or be '*' alone; '*' is not one (got '*,ref')"),
     ({"RL_ASSETS_ENV": "k8s"}, "RL_ASSETS_ENV must be 'local' or 'kubernetes' (got 'k8s')"),
     ({"RL_ASSETS_K8S_NAMESPACE": "Bad_NS"}, "RL_ASSETS_K8S_NAMESPACE must be a Kubernetes name"),
+    ({"RL_ASSETS_RUNTIME_BASE": "tmp"}, "RL_ASSETS_RUNTIME_BASE must be an absolute path (got 'tmp')"),
+    ({"RL_ASSETS_CONTAINER_RUNTIME": "nerdctl"}, "RL_ASSETS_CONTAINER_RUNTIME must be 'podman', 'docker' or an"),
+    ({"RL_ASSETS_RAY_ADDRESS": "auto"}, "RL_ASSETS_RAY_ADDRESS must be HOST:PORT or ray://HOST:PORT (got 'auto')"),
+    ({"RL_ASSETS_POD_NAME": "Step_Pod"}, "RL_ASSETS_POD_NAME must be a Kubernetes object name"),
+    ({"RL_ASSETS_POD_UID": "uid-1"}, "RL_ASSETS_POD_UID must be a Kubernetes uid (a lowercase UUID) (got 'uid-1')"),
 ]
 
 

@@ -140,8 +140,8 @@ def test_the_trial_step_knows_its_own_pod_so_task_pods_are_owned_by_it(monkeypat
     assert env[POD_NAME_ENV]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env[POD_UID_ENV]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     monkeypatch.setenv(POD_NAME_ENV, "step-pod")
-    monkeypatch.setenv(POD_UID_ENV, "uid-1")
-    assert PodOwner.from_env() == PodOwner("step-pod", "uid-1")
+    monkeypatch.setenv(POD_UID_ENV, STEP_POD.uid)
+    assert PodOwner.from_env() == PodOwner("step-pod", STEP_POD.uid)
     monkeypatch.delenv(POD_UID_ENV)
     assert PodOwner.from_env() is None
 

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-RUNTIME_ENV = "RL_ASSETS_CONTAINER_RUNTIME"
+from rl_assets.settings import RUNTIME_ENV, settings
+
 INSTALL_HINT = "install Podman (Debian/Ubuntu: apt-get install podman runc; Fedora: dnf install podman)"
 PROCESS_LIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
 """Every container's (and every build step's) open-file and process limits."""
@@ -72,7 +73,7 @@ def tail(output: bytes, limit: int = 600) -> str:
 
 
 def _candidates() -> list[tuple[RuntimeKind, str]]:
-    chosen = os.environ.get(RUNTIME_ENV)
+    chosen = settings(only=(RUNTIME_ENV,)).container_runtime
     if chosen:
         kind = "docker" if os.path.basename(chosen).startswith("docker") else "podman"
         path = chosen if os.path.isabs(chosen) else shutil.which(chosen)

@@ -64,8 +64,8 @@ from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Launch, Plan, g
 from rl_assets.home import Home
 from rl_assets.jobs import judge_job, rollout_job, train_job, trial_job, world_job
 from rl_assets.resources.stores import StoresResource
-from rl_assets.services.ray_head import RAY_ADDRESS_ENV, LocalRayHead
-from rl_assets.settings import RESCORE_EXPERIMENTS_ENV
+from rl_assets.services.ray_head import LocalRayHead
+from rl_assets.settings import RESCORE_EXPERIMENTS_ENV, settings
 from rl_assets.stores.home_stores import Stores
 from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 
@@ -149,7 +149,7 @@ def _ensure_trainer_cluster(home: Home) -> None:
     deployment's to keep alive, and a train run against it fails and is retried.
     """
     head = LocalRayHead(home)
-    if os.environ.get(RAY_ADDRESS_ENV) == head.address() and not head.is_running():
+    if settings().ray_address == head.address() and not head.is_running():
         head.ensure_running()
 
 

@@ -39,17 +39,13 @@ from rl_assets.kubernetes.names import (
     world_value,
 )
 from rl_assets.kubernetes.tiers import JUDGE, ROLLOUT, TRAIN, TRIAL, Tier
+from rl_assets.settings import POD_NAME_ENV, POD_UID_ENV
 
 USER_DEFINED_K8S_CONFIG_TAG = "dagster-k8s/config"
 FORK_MOUNT = "/world"
 """Where the rollout pod sees its fork (a writable clone; the sealed world is never mounted)."""
 WORLD_MOUNT = "/world"
 """Where the world build writes the world into its ephemeral volume."""
-POD_NAME_ENV = "RL_ASSETS_POD_NAME"
-"""A pod's own name (downward API): the world build's names the ephemeral PVC it snapshots; the trial step's
-owns its task pods."""
-POD_UID_ENV = "RL_ASSETS_POD_UID"
-"""The trial step pod's uid (downward API): with its name, the owner reference of the task pods it starts."""
 RUNTIME_UID = 10001
 """The image's non-root user (deploy/Dockerfile)."""
 ROLLOUT_CONTAINER = "rollout"

@@ -27,7 +27,6 @@ What it is, by construction:
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -42,14 +41,9 @@ from rl_assets.kubernetes.names import (
     owner_value,
     task_pod_name,
 )
-from rl_assets.kubernetes.pod_specs import (
-    POD_NAME_ENV,
-    POD_UID_ENV,
-    ROLLOUT_SERVICE_ACCOUNT,
-    container_security_context,
-    pod_security_context,
-)
+from rl_assets.kubernetes.pod_specs import ROLLOUT_SERVICE_ACCOUNT, container_security_context, pod_security_context
 from rl_assets.sandbox.task_shell import DEFAULT_WORKDIR
+from rl_assets.settings import settings
 from rl_assets.tasks.task import Task
 
 TASK_TIER = "task"
@@ -72,8 +66,8 @@ class PodOwner:
     @classmethod
     def from_env(cls) -> PodOwner | None:
         """The worker's own pod, from the downward API's env vars of a trial step pod; ``None`` elsewhere."""
-        name, uid = os.environ.get(POD_NAME_ENV), os.environ.get(POD_UID_ENV)
-        return cls(name, uid) if name and uid else None
+        own = settings()
+        return cls(own.pod_name, own.pod_uid) if own.pod_name and own.pod_uid else None
 
 
 def task_image(task: Task, default_image: str) -> str:

@@ -26,7 +26,6 @@ know where they run:
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ from rl_assets.domain.agent import Rollout
 from rl_assets.domain.world import build_world
 from rl_assets.home import Home
 from rl_assets.kubernetes.names import world_build_claim_name, world_snapshot_name
-from rl_assets.kubernetes.pod_specs import FORK_MOUNT, POD_NAME_ENV, WORLD_MOUNT, rollout_pod
+from rl_assets.kubernetes.pod_specs import FORK_MOUNT, WORLD_MOUNT, rollout_pod
 from rl_assets.kubernetes.rollouts import RolloutPods
 from rl_assets.kubernetes.task_pods import PodOwner, task_image, task_pod
 from rl_assets.kubernetes.task_sessions import TaskPods
@@ -50,6 +49,7 @@ from rl_assets.kubernetes.waiting import Waiting
 from rl_assets.resources.world_store import RequestFactory
 from rl_assets.sandbox.launcher import SandboxTimeout, rollout_from_output
 from rl_assets.sandbox.protocol import ForkLayout
+from rl_assets.settings import POD_NAME_ENV, settings
 from rl_assets.stores.database import Database
 from rl_assets.stores.world_seals import WorldSeals
 from rl_assets.tasks.snapshot import is_task_world, snapshot_task, write_task_world
@@ -117,7 +117,10 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         for entry in staging.iterdir():
             entry.rename(root / entry.name)
         staging.rmdir()
-        snapshot = self._volumes().snapshot(world_id, world_build_claim_name(os.environ[POD_NAME_ENV]))
+        pod = settings().pod_name
+        if pod is None:
+            raise RuntimeError(f"{POD_NAME_ENV} is not set: a world is built in its run worker pod, which names it")
+        snapshot = self._volumes().snapshot(world_id, world_build_claim_name(pod))
         _record_seal(world_id, digest, snapshot)
         return digest
 

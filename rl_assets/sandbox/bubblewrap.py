@@ -98,7 +98,7 @@ def candidates() -> list[Bubblewrap]:
 
     ``RL_ASSETS_BWRAP`` names the only candidate: a deployment that chose its binary gets that one or none.
     """
-    chosen = settings().bwrap
+    chosen = settings(only=(BWRAP_ENV,)).bwrap
     if chosen is not None:
         if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
             raise SandboxUnavailable(f"{BWRAP_ENV}={chosen} is not an executable file: {INSTALL}")

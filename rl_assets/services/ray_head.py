@@ -42,7 +42,6 @@ from rl_assets.home import Home
 from rl_assets.services.private_files import ensure_secret
 from rl_assets.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
 
-RAY_ADDRESS_ENV = "RL_ASSETS_RAY_ADDRESS"
 START_ATTEMPTS = 2
 _SECRET_NAME = re.compile(r"PASSWORD|SECRET|API_KEY|^DAGSTER_PG_")
 
