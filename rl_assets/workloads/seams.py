@@ -109,9 +109,7 @@ class WorldStore(Protocol):
     - ``verified_hash`` is the cheap per-attempt check that the world is still
       the sealed one (it is part of a trajectory's identity), and raises
       :class:`~rl_assets.worlds.WorldTamperedError` when it is not;
-      ``audited_hash`` is the full re-hash;
-    - ``task`` is the recorded task a task world was built from, the same on
-      every call (the recording is never modified either).
+      ``audited_hash`` is the full re-hash.
     """
 
     def ensure_built(self, world_id: str) -> tuple[str, bool]:
