@@ -28,6 +28,9 @@ _EXPORTS: dict[str, str] = {
     # The seams a workload plugs into, and the bundle that names one (register it with
     # rl_assets.workloads.registry.register, select it with --workload).
     "Environment": "rl_assets.workloads.seams",
+    "WorldStore": "rl_assets.workloads.seams",
+    "Sandbox": "rl_assets.workloads.seams",
+    "AttemptFork": "rl_assets.workloads.seams",
     "Agent": "rl_assets.workloads.seams",
     "Judge": "rl_assets.workloads.seams",
     "Trainer": "rl_assets.workloads.seams",

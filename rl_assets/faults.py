@@ -8,11 +8,13 @@ and is survived by the retry that follows, so results never depend on faults.
   the ledgered call (:meth:`JudgeResource.judge`), not the pure
   :class:`~rl_assets.workloads.seams.Judge`: the retry must find the verdict
   paid for and not call the judge again.
-- Environment: a rollout attempt fails or hangs inside its sandbox. The
+- Sandbox: a rollout attempt fails or hangs inside its sandbox. The
   failure is decided by the trial's fault draw, which is the first draw of the
   agent's own seeded stream (docs/reference-workload.md, "Trials", step 2) and is
   made in the sandbox, so the wrapper only sets the request's ``fail_below``
-  and ``hang``, and the sandboxed agent acts on them at that draw.
+  and ``hang``, and the sandboxed agent acts on them at that draw. Only the
+  environment's :class:`~rl_assets.workloads.seams.Sandbox` is wrapped: its
+  :class:`~rl_assets.workloads.seams.WorldStore` is the same with faults or without.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from rl_assets.sandbox.launcher import SandboxTimeout
 from rl_assets.sandbox.protocol import CommandResult, SandboxFault
 from rl_assets.stores.verdicts import VerdictLedger
 from rl_assets.tasks.task import Task
-from rl_assets.workloads.seams import Environment, Judge, RequestFactory, TaskSession
+from rl_assets.workloads.seams import AttemptFork, Judge, RequestFactory, Sandbox, TaskSession
 
 
 class InjectedJudgeFault(RuntimeError):
@@ -51,8 +53,8 @@ class FaultInjection:
     def judging(self, judging: JudgeResource) -> FaultyJudging:
         return FaultyJudging(judging, self)
 
-    def environment(self, environment: Environment) -> FaultyEnvironment:
-        return FaultyEnvironment(environment, self)
+    def sandbox(self, sandbox: Sandbox) -> FaultySandbox:
+        return FaultySandbox(sandbox, self)
 
 
 @dataclass(frozen=True)
@@ -79,23 +81,11 @@ class FaultyJudging:
 
 
 @dataclass(frozen=True)
-class FaultyEnvironment:
-    """An :class:`~rl_assets.workloads.seams.Environment` whose first rollout attempt of a trial may fail or hang."""
+class FaultySandbox:
+    """A :class:`~rl_assets.workloads.seams.Sandbox` whose first rollout attempt of a trial may fail or hang."""
 
-    inner: Environment
+    inner: Sandbox
     injection: FaultInjection
-
-    def ensure_built(self, world_id: str) -> tuple[str, bool]:
-        return self.inner.ensure_built(world_id)
-
-    def verified_hash(self, world_id: str) -> str:
-        return self.inner.verified_hash(world_id)
-
-    def audited_hash(self, world_id: str) -> str:
-        return self.inner.audited_hash(world_id)
-
-    def location(self, world_id: str) -> str:
-        return self.inner.location(world_id)
 
     def network_isolated(self) -> bool:
         return self.inner.network_isolated()
@@ -103,51 +93,29 @@ class FaultyEnvironment:
     def fork_kind(self) -> str:
         return self.inner.fork_kind()
 
-    def rollout(
-        self,
-        world_id: str,
-        experiment: str,
-        trial_id: str,
-        attempt_id: int,
-        make_request: RequestFactory,
-        timeout_s: float,
-    ) -> Rollout:
+    def rollout(self, fork: AttemptFork, make_request: RequestFactory, timeout_s: float) -> Rollout:
         first, faults = self.injection.attempt == 0, self.injection.faults
         injected = {
             "fail_below": faults.flaky_trial_rate if first else 0.0,
-            "hang": first and faults.trial_hangs(trial_id),
+            "hang": first and faults.trial_hangs(fork.trial_id),
         }
-        return self.inner.rollout(
-            world_id,
-            experiment,
-            trial_id,
-            attempt_id,
-            lambda fork: make_request(fork).model_copy(update=injected),
-            timeout_s,
-        )
+        return self.inner.rollout(fork, lambda layout: make_request(layout).model_copy(update=injected), timeout_s)
 
-    def task(self, world_id: str) -> Task:
-        return self.inner.task(world_id)
-
-    def task_session(
-        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
-    ) -> AbstractContextManager[TaskSession]:
-        return self._task_session(world_id, experiment, trial_id, attempt_id, task)
+    def task_session(self, fork: AttemptFork, task: Task) -> AbstractContextManager[TaskSession]:
+        return self._task_session(fork, task)
 
     @contextmanager
-    def _task_session(
-        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
-    ) -> Iterator[TaskSession]:
+    def _task_session(self, fork: AttemptFork, task: Task) -> Iterator[TaskSession]:
         """The inner session; on a trial's first attempt, a drawn flake fails it and a drawn hang stalls it.
 
         The flake is a sandbox that dies as the attempt starts; the hang is a first command that never
         returns, killed at the trial's timeout like any hung command, after which the attempt fails.
         """
         first, faults = self.injection.attempt == 0, self.injection.faults
-        if first and faults.trial_flakes(trial_id):
-            raise SandboxFault(f"injected sandbox fault: the sandbox of {trial_id} died as it started")
-        with self.inner.task_session(world_id, experiment, trial_id, attempt_id, task) as session:
-            yield HangingSession(session) if first and faults.trial_hangs(trial_id) else session
+        if first and faults.trial_flakes(fork.trial_id):
+            raise SandboxFault(f"injected sandbox fault: the sandbox of {fork.trial_id} died as it started")
+        with self.inner.task_session(fork, task) as session:
+            yield HangingSession(session) if first and faults.trial_hangs(fork.trial_id) else session
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from rl_assets.kubernetes.pod_specs import FORK_MOUNT
 from rl_assets.resources.k8s_world_store import K8sWorldStoreResource
 from rl_assets.sandbox.launcher import SandboxTimeout
 from rl_assets.sandbox.protocol import EXIT_FAULT, RESULT_MARKER, SandboxFault, SandboxRequest
+from rl_assets.workloads.seams import AttemptFork
 
 PROBE = """
 import json, rl_assets.definitions as d
@@ -97,7 +98,7 @@ def test_k8s_rollout_runs_in_a_pod_on_a_cloned_fork_fake_api(fake_api):
         seen.append(fork)
         return _request(fork)
 
-    assert store.rollout("w0", "ref", "s0-p0-n0", 7, make_request, timeout_s=30) == rollout
+    assert store.rollout(AttemptFork("w0", "ref", "s0-p0-n0", 7), make_request, timeout_s=30) == rollout
     assert seen[0].merged == FORK_MOUNT and seen[0].kind == "copy"
     (claim,) = [c.body for c in api.calls_of("POST", "PersistentVolumeClaim")]
     assert claim["spec"]["dataSource"]["name"] == world_snapshot_name("w0")
@@ -113,10 +114,10 @@ def test_k8s_rollout_fault_and_deadline_become_sandbox_errors_fake_api(fake_api)
     api, store = fake_api
     api.pod_script = PodScript(phase="Failed", exit_code=EXIT_FAULT, log="injected sandbox fault")
     with pytest.raises(SandboxFault):
-        store.rollout("w0", "ref", "s0-p0-n0", 1, _request, timeout_s=30)
+        store.rollout(AttemptFork("w0", "ref", "s0-p0-n0", 1), _request, timeout_s=30)
     api.pod_script = PodScript(phase="Failed", exit_code=137, reason="DeadlineExceeded")
     with pytest.raises(SandboxTimeout):
-        store.rollout("w0", "ref", "s0-p0-n0", 2, _request, timeout_s=30)
+        store.rollout(AttemptFork("w0", "ref", "s0-p0-n0", 2), _request, timeout_s=30)
     assert api.names("PersistentVolumeClaim") == [] and api.names("Pod") == [], "deleted after failures too"
 
 

@@ -14,27 +14,19 @@ from rl_assets.domain.scoring import simulated_judge
 from rl_assets.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
 from rl_assets.workloads.registry import REFERENCE
-from rl_assets.workloads.seams import RequestFactory
+from rl_assets.workloads.seams import AttemptFork, RequestFactory
 from rl_assets_testkit.samples import RUBRIC, sample_trajectory
 
 FORK = ForkLayout(kind="copy", lower="", upper="", work="", merged="/fork")
 
 
-class RecordingEnvironment:
-    """Builds each attempt's request as an environment would, and keeps it instead of running it."""
+class RecordingSandbox:
+    """Builds each attempt's request as a sandbox would, and keeps it instead of running it."""
 
     def __init__(self) -> None:
         self.requests: list[SandboxRequest] = []
 
-    def rollout(
-        self,
-        world_id: str,
-        experiment: str,
-        trial_id: str,
-        attempt_id: int,
-        make_request: RequestFactory,
-        timeout_s: float,
-    ) -> Rollout:
+    def rollout(self, fork: AttemptFork, make_request: RequestFactory, timeout_s: float) -> Rollout:
         self.requests.append(make_request(FORK))
         return Rollout(turns=[], answer="", files_written=[])
 
@@ -42,12 +34,12 @@ class RecordingEnvironment:
 def _requests(faults: FaultConfig, attempt: int) -> dict[str, SandboxRequest]:
     config = ExperimentConfig(name="faults")
     policy = Policy.initial(config.world_ids)
-    inner = RecordingEnvironment()
-    environment = FaultInjection(faults, attempt).environment(inner)  # type: ignore[arg-type]
+    inner = RecordingSandbox()
+    sandbox = FaultInjection(faults, attempt).sandbox(inner)  # type: ignore[arg-type]
     specs = config.trials(0)
     for spec in specs:
         request = partial(REFERENCE.agent.request, spec, policy, tool_latency_s=0.0)
-        environment.rollout(spec.world_id, config.name, spec.trial_id, 0, request, 5)
+        sandbox.rollout(AttemptFork(spec.world_id, config.name, spec.trial_id, 0), request, 5)
     return {spec.trial_id: request for spec, request in zip(specs, inner.requests, strict=True)}
 
 

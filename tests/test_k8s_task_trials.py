@@ -56,6 +56,7 @@ from rl_assets.tasks.snapshot import (
 )
 from rl_assets.tasks.task import load_task
 from rl_assets.tasks.verifier import RewardFileMissing, RewardFileUnsafe, VerifierTimeout
+from rl_assets.workloads.seams import AttemptFork
 from rl_assets.worlds import tree_hash
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
@@ -257,7 +258,7 @@ def sealed_world(api: FakeKubeApi, store: K8sWorldStoreResource, source: Path, n
 
 
 def open_session(store: K8sWorldStoreResource, world_id: str, attempt: int = 1):
-    return store.task_session(world_id, "bench", TRIAL, attempt, store.task(world_id))
+    return store.task_session(AttemptFork(world_id, "bench", TRIAL, attempt), store.task(world_id))
 
 
 def test_commands_run_in_the_pod_through_exec_with_exit_codes_output_state_and_the_tasks_env(api, store, tmp_path):

@@ -17,14 +17,14 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Trajectory, Verdict
 from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.scoring import simulated_judge
-from rl_assets.faults import FaultyEnvironment
+from rl_assets.faults import FaultySandbox
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.k8s_world_store import K8sWorldStoreResource
 from rl_assets.resources.world_store import WorldStoreResource
 from rl_assets.workloads import registry
 from rl_assets.workloads.reference import BanditTrainer, ReferenceAgent, SimulatedJudge
 from rl_assets.workloads.registry import REFERENCE, UnknownWorkloadError, Workload, register, workload_of
-from rl_assets.workloads.seams import Agent, Environment, Judge, Trainer
+from rl_assets.workloads.seams import Agent, Judge, Sandbox, Trainer, WorldStore
 from rl_assets_testkit.samples import RUBRIC, sample_trajectory
 
 
@@ -48,9 +48,11 @@ def _nonconformities(implementation: type, protocol: type) -> list[str]:
 @pytest.mark.parametrize(
     "implementation, protocol",
     [
-        (WorldStoreResource, Environment),
-        (K8sWorldStoreResource, Environment),
-        (FaultyEnvironment, Environment),
+        (WorldStoreResource, WorldStore),
+        (WorldStoreResource, Sandbox),
+        (K8sWorldStoreResource, WorldStore),
+        (K8sWorldStoreResource, Sandbox),
+        (FaultySandbox, Sandbox),
         (ReferenceAgent, Agent),
         (SimulatedJudge, Judge),
         (BanditTrainer, Trainer),

@@ -28,7 +28,7 @@ from rl_assets.services.policy_server import LocalPolicyServer
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.home_stores import Stores
 from rl_assets.workloads.registry import workload_of
-from rl_assets.workloads.seams import Attempt
+from rl_assets.workloads.seams import Attempt, Environment
 from rl_assets.worlds import WorldTamperedError
 
 
@@ -165,8 +165,8 @@ def _generate(
             policy_server=LocalPolicyServer(Home(state.home)).ensure_running if config.policy == "local" else None,
             api_key=home_api_keys(state.home),
         )
-        environment = FaultInjection(runtime.faults, attempt).environment(world_store)
-        rollout = agent.rollout(environment, spec, policy, attempt_of)
+        sandbox = FaultInjection(runtime.faults, attempt).sandbox(world_store)
+        rollout = agent.rollout(Environment(worlds=world_store, sandbox=sandbox), spec, policy, attempt_of)
     except Exception as err:  # any sandbox failure is this trial's, never the step's
         state.attempts.finish_generation(attempt_id, "failed", str(err))
         if attempt < config.generate_retries:

@@ -1,8 +1,9 @@
 """World store on Kubernetes: sealed worlds as VolumeSnapshots, forks as PVCs cloned from them.
 
-The Kubernetes implementation of the :class:`~rl_assets.workloads.seams.Environment`
-seam, like :class:`~rl_assets.resources.world_store.WorldStoreResource` locally
-(``tests/test_workloads.py`` checks both against it), so the assets do not
+The Kubernetes implementation of the :class:`~rl_assets.workloads.seams.WorldStore`
+and :class:`~rl_assets.workloads.seams.Sandbox` seams, like
+:class:`~rl_assets.resources.world_store.WorldStoreResource` locally
+(``tests/test_workloads.py`` checks both against them), so the assets do not
 know where they run:
 
 - ``ensure_built`` runs in the ``world_job`` run worker, which has a fresh
@@ -46,7 +47,6 @@ from rl_assets.kubernetes.task_sessions import TaskPods
 from rl_assets.kubernetes.tiers import TRIAL
 from rl_assets.kubernetes.volumes import WorldNotSealedError, WorldVolumes
 from rl_assets.kubernetes.waiting import Waiting
-from rl_assets.resources.world_store import RequestFactory
 from rl_assets.sandbox.launcher import SandboxTimeout, rollout_from_output
 from rl_assets.sandbox.protocol import ForkLayout
 from rl_assets.settings import POD_NAME_ENV, settings
@@ -54,7 +54,7 @@ from rl_assets.stores.database import Database
 from rl_assets.stores.world_seals import WorldSeals
 from rl_assets.tasks.snapshot import is_task_world, snapshot_task, write_task_world
 from rl_assets.tasks.task import Task
-from rl_assets.workloads.seams import TaskSession
+from rl_assets.workloads.seams import AttemptFork, RequestFactory, TaskSession
 from rl_assets.worlds import tree_hash
 
 POD_START_ALLOWANCE_S = 120.0
@@ -144,27 +144,18 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
     def fork_kind(self) -> str:
         return "pvc-clone"
 
-    def rollout(
-        self,
-        world_id: str,
-        experiment: str,
-        trial_id: str,
-        attempt_id: int,
-        make_request: RequestFactory,
-        timeout_s: float,
-    ) -> Rollout:
+    def rollout(self, fork: AttemptFork, make_request: RequestFactory, timeout_s: float) -> Rollout:
         from kubernetes import client
 
-        fork = ForkLayout(kind="copy", lower="", upper="", work="", merged=FORK_MOUNT)
-        request = make_request(fork)
+        request = make_request(ForkLayout(kind="copy", lower="", upper="", work="", merged=FORK_MOUNT))
         pods = RolloutPods(
             client.CoreV1Api(self._client()), self.namespace, Waiting(timeout_s=timeout_s + POD_START_ALLOWANCE_S)
         )
-        with self._volumes().fork(experiment, trial_id, attempt_id, world_id) as claim:
+        with self._fork(fork) as claim:
             pod = rollout_pod(
-                experiment=experiment,
-                trial_id=trial_id,
-                attempt=attempt_id,
+                experiment=fork.experiment,
+                trial_id=fork.trial_id,
+                attempt=fork.attempt_id,
                 fork_claim=claim,
                 image=self.image,
                 request_json=request.model_dump_json(),
@@ -172,8 +163,12 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
             pod["spec"]["activeDeadlineSeconds"] = max(1, math.ceil(timeout_s))  # the kubelet enforces the timeout
             outcome = pods.run(pod)
         if outcome.reason == "DeadlineExceeded":
-            raise SandboxTimeout(f"rollout of {trial_id} exceeded {timeout_s}s and its pod was killed")
+            raise SandboxTimeout(f"rollout of {fork.trial_id} exceeded {timeout_s}s and its pod was killed")
         return rollout_from_output(outcome.exit_code, outcome.log, outcome.log)
+
+    def _fork(self, fork: AttemptFork) -> AbstractContextManager[str]:
+        """A PVC cloned from the world's snapshot for the attempt, Bound; its name, the PVC deleted after."""
+        return self._volumes().fork(fork.experiment, fork.trial_id, fork.attempt_id, fork.world_id)
 
     def ensure_image(self, world_id: str) -> None:
         """No image is built in the cluster: a task's pod runs its pushed ``docker_image``, pulled by the kubelet
@@ -188,15 +183,11 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         """The recorded task of a task world (its snapshot in the home volume)."""
         return snapshot_task(Home.resolve(self.home).tasks, world_id)
 
-    def task_session(
-        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
-    ) -> AbstractContextManager[TaskSession]:
-        return self._task_session(world_id, experiment, trial_id, attempt_id, task)
+    def task_session(self, fork: AttemptFork, task: Task) -> AbstractContextManager[TaskSession]:
+        return self._task_session(fork, task)
 
     @contextmanager
-    def _task_session(
-        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
-    ) -> Iterator[TaskSession]:
+    def _task_session(self, fork: AttemptFork, task: Task) -> Iterator[TaskSession]:
         """The attempt's task pod on a fresh fork of the world; the pod, then the fork, deleted on exit.
 
         The pod's deadline covers the agent's (the task's ``[agent] timeout_sec``, else the trial
@@ -209,11 +200,11 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
             (config.agent.timeout_sec or TRIAL.deadline_s) + config.verifier.timeout_sec + POD_START_ALLOWANCE_S
         )
         pods = TaskPods(client.CoreV1Api(self._client()), self.namespace, Waiting(timeout_s=self.task_start_timeout_s))
-        with self._volumes().fork(experiment, trial_id, attempt_id, world_id) as claim:
+        with self._fork(fork) as claim:
             pod = task_pod(
-                experiment=experiment,
-                trial_id=trial_id,
-                attempt=attempt_id,
+                experiment=fork.experiment,
+                trial_id=fork.trial_id,
+                attempt=fork.attempt_id,
                 task=task,
                 fork_claim=claim,
                 image=task_image(task, self.image),

@@ -1,14 +1,16 @@
 """World store resource: sealed worlds, and rollouts on per-attempt forks of them.
 
-This is the local implementation of the
-:class:`~rl_assets.workloads.seams.Environment` seam: build and seal a world,
-verify it, and run one rollout attempt in a sandbox on a private fork. Locally,
+This is the local implementation of both parts of an
+:class:`~rl_assets.workloads.seams.Environment`: the
+:class:`~rl_assets.workloads.seams.WorldStore` (build and seal a world, verify
+it) and the :class:`~rl_assets.workloads.seams.Sandbox` (run one attempt in a
+sandbox on a private fork). Locally,
 forks are overlays mounted in the sandbox's keeper (``fork_mode="auto"`` picks
 them where the OS allows, else a plain copy, and says which in the
 materialization metadata), and the rollout runs in :mod:`rl_assets.sandbox.launcher`'s
 bubblewrap sandbox; :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource`
-implements the same protocol with PVCs cloned from VolumeSnapshots and pods
-(``tests/test_workloads.py`` checks both against it).
+implements the same protocols with PVCs cloned from VolumeSnapshots and pods
+(``tests/test_workloads.py`` checks both against them).
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from rl_assets.domain.agent import Rollout
 from rl_assets.domain.models import VerifierOutcome
 from rl_assets.home import Home
 from rl_assets.sandbox.launcher import isolation, run_sandbox
-from rl_assets.sandbox.protocol import CommandResult
+from rl_assets.sandbox.protocol import CommandResult, ForkLayout
 from rl_assets.sandbox.task_shell import TaskShell
 from rl_assets.sandbox.task_trial import task_shell, verify
 from rl_assets.tasks.snapshot import is_task_world, snapshot_task
 from rl_assets.tasks.task import Task
-from rl_assets.workloads.seams import RequestFactory, TaskSession
+from rl_assets.workloads.seams import AttemptFork, RequestFactory, TaskSession
 from rl_assets.worlds import LocalWorlds
 
 
@@ -80,7 +82,6 @@ class WorldStoreResource(dg.ConfigurableResource):
         return self._worlds.verified_hash(world_id)
 
     def audited_hash(self, world_id: str) -> str:
-        """The full check: every byte re-hashed against the record."""
         return self._worlds.audited_hash(world_id)
 
     def location(self, world_id: str) -> str:
@@ -100,44 +101,34 @@ class WorldStoreResource(dg.ConfigurableResource):
     def fork_kind(self) -> str:
         return "overlay" if self.use_overlay() else "copy"
 
-    def rollout(
-        self,
-        world_id: str,
-        experiment: str,
-        trial_id: str,
-        attempt_id: int,
-        make_request: RequestFactory,
-        timeout_s: float,
-    ) -> Rollout:
-        """One rollout attempt in a sandbox process on a private fork, removed afterwards (also after failure)."""
-        owner = f"{experiment}/{trial_id}"
-        with self._worlds.fork(world_id, owner, f"a{attempt_id}", overlay=self.use_overlay()) as fork:
-            return run_sandbox(make_request(fork), timeout_s=timeout_s)
+    def rollout(self, fork: AttemptFork, make_request: RequestFactory, timeout_s: float) -> Rollout:
+        """A bubblewrap process (:func:`~rl_assets.sandbox.launcher.run_sandbox`) on an overlay or copy fork."""
+        with self._fork(fork) as layout:
+            return run_sandbox(make_request(layout), timeout_s=timeout_s)
+
+    def _fork(self, fork: AttemptFork) -> AbstractContextManager[ForkLayout]:
+        """The attempt's fork under ``{home}/forks/{experiment}/{trial}/a{attempt}``, removed when the block ends."""
+        return self._worlds.fork(fork.world_id, fork.owner, f"a{fork.attempt_id}", overlay=self.use_overlay())
 
     def task(self, world_id: str) -> Task:
         """The recorded task of a task world (its snapshot in the home)."""
         return snapshot_task(Home(Path(self.home)).tasks, world_id)
 
-    def task_session(
-        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
-    ) -> AbstractContextManager[TaskSession]:
-        return self._task_session(world_id, experiment, trial_id, attempt_id, task)
+    def task_session(self, fork: AttemptFork, task: Task) -> AbstractContextManager[TaskSession]:
+        return self._task_session(fork, task)
 
     @contextmanager
-    def _task_session(
-        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
-    ) -> Iterator[TaskSession]:
+    def _task_session(self, fork: AttemptFork, task: Task) -> Iterator[TaskSession]:
         """A task trial's sandbox (:class:`~rl_assets.sandbox.task_shell.TaskShell`) on a private fork of the world;
         a task with an image: a container of it (:mod:`rl_assets.containers`), the image ``task_images`` built."""
-        owner = f"{experiment}/{trial_id}"
-        image = self.built_image(world_id)
+        image = self.built_image(fork.world_id)
         if image is not None:
-            with container_session(container_runtime(), task, image, f"{owner}/a{attempt_id}") as session:
+            with container_session(container_runtime(), task, image, f"{fork.owner}/a{fork.attempt_id}") as session:
                 yield session
             return
         with (
-            self._worlds.fork(world_id, owner, f"a{attempt_id}", overlay=self.use_overlay()) as fork,
-            task_shell(task, fork) as shell,
+            self._fork(fork) as layout,
+            task_shell(task, layout) as shell,
         ):
             yield LocalTaskSession(shell, task)
 

@@ -29,11 +29,8 @@ class ReferenceAgent:
         return SandboxRequest(spec=spec, prior=policy.priors[spec.world_id], fork=fork, tool_latency_s=tool_latency_s)
 
     def rollout(self, environment: Environment, spec: TrialSpec, policy: Policy, attempt: Attempt) -> Rollout:
-        return environment.rollout(
-            spec.world_id,
-            attempt.config.name,
-            spec.trial_id,
-            attempt.attempt_id,
+        return environment.sandbox.rollout(
+            attempt.fork(spec),
             lambda fork: self.request(spec, policy, fork, attempt.tool_latency_s),
             timeout_s=attempt.timeout_s,
         )

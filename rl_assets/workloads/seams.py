@@ -54,6 +54,10 @@ class Attempt:
     """The value of the home's API key of that name, read now (``--policy-key-name``); None where keys come from
     the environment (a Kubernetes Secret)."""
 
+    def fork(self, spec: TrialSpec) -> AttemptFork:
+        """This attempt of ``spec``'s private fork of its world."""
+        return AttemptFork(spec.world_id, self.config.name, spec.trial_id, self.attempt_id)
+
 
 class TaskSession(Protocol):
     """A task trial's sandbox on its private fork: the agent's commands, then the task's verifier.
@@ -75,8 +79,28 @@ class TaskSession(Protocol):
         ...
 
 
-class Environment(Protocol):
-    """Sealed worlds and sandboxed rollout attempts on private forks of them.
+@dataclass(frozen=True)
+class AttemptFork:
+    """Which world an attempt's private fork is made of, and whose attempt it is.
+
+    Both sandboxed calls (:meth:`Sandbox.rollout`, :meth:`Sandbox.task_session`) take it, so an
+    attempt is named the same way wherever a fork, a pod or a container is made for it.
+    """
+
+    world_id: str
+    experiment: str
+    trial_id: str
+    attempt_id: int
+    """The attempt's row in the generation log: unique, so the fork is this attempt's alone."""
+
+    @property
+    def owner(self) -> str:
+        """The trial the fork belongs to, as forks and containers are named after it (``experiment/trial``)."""
+        return f"{self.experiment}/{self.trial_id}"
+
+
+class WorldStore(Protocol):
+    """Sealed worlds: built once, sealed, checked, never modified.
 
     Owed to the durability story:
 
@@ -85,20 +109,7 @@ class Environment(Protocol):
     - ``verified_hash`` is the cheap per-attempt check that the world is still
       the sealed one (it is part of a trajectory's identity), and raises
       :class:`~rl_assets.worlds.WorldTamperedError` when it is not;
-      ``audited_hash`` is the full re-hash;
-    - ``rollout`` runs one attempt in a sandbox on a fork private to that
-      attempt, removes the fork afterwards (also after a failure or timeout),
-      and kills the attempt at ``timeout_s``, leaving no process behind; the
-      rollout it returns is built from evidence the harness observed, never
-      from what the sandboxed code claims;
-    - ``network_isolated`` and ``fork_kind`` are facts recorded in each
-      trajectory's metadata, so a run says how it was isolated.
-
-    Implementations: :class:`~rl_assets.resources.world_store.WorldStoreResource`
-    (bubblewrap, overlay or copy forks) and
-    :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource` (pods,
-    PVCs cloned from VolumeSnapshots). They are chosen by the deployment, not
-    by the workload: the same workload runs on either.
+      ``audited_hash`` is the full re-hash.
     """
 
     def ensure_built(self, world_id: str) -> tuple[str, bool]:
@@ -117,6 +128,30 @@ class Environment(Protocol):
         """Where the sealed world lives, for humans (metadata, errors)."""
         ...
 
+    def task(self, world_id: str) -> Task:
+        """The recorded Harbor task a task world was built from."""
+        ...
+
+
+class Sandbox(Protocol):
+    """Attempts on private forks of sealed worlds, where untrusted code runs.
+
+    Owed to the durability story:
+
+    - ``rollout`` runs one attempt in a sandbox on a fork private to that
+      attempt, removes the fork afterwards (also after a failure or timeout),
+      and kills the attempt at ``timeout_s``, leaving no process behind; the
+      rollout it returns is built from evidence the harness observed, never
+      from what the sandboxed code claims;
+    - ``task_session`` gives a task trial the same: a fork of its own, removed
+      with every process and mount when the session is left, however it is left;
+    - ``network_isolated`` and ``fork_kind`` are facts recorded in each
+      trajectory's metadata, so a run says how it was isolated.
+
+    A fork is made from the world store's seal, so a sandbox comes with the
+    world store whose worlds it forks (see :class:`Environment`).
+    """
+
     def network_isolated(self) -> bool:
         """Whether a rollout's sandbox has no network."""
         ...
@@ -125,27 +160,31 @@ class Environment(Protocol):
         """How attempts' forks are made (``overlay``, ``copy``, ``pvc-clone``)."""
         ...
 
-    def rollout(
-        self,
-        world_id: str,
-        experiment: str,
-        trial_id: str,
-        attempt_id: int,
-        make_request: RequestFactory,
-        timeout_s: float,
-    ) -> Rollout:
-        """One sandboxed attempt of ``trial_id`` on a fresh fork of ``world_id``."""
+    def rollout(self, fork: AttemptFork, make_request: RequestFactory, timeout_s: float) -> Rollout:
+        """One sandboxed attempt on a fresh fork of ``fork.world_id``, killed at ``timeout_s``."""
         ...
 
-    def task(self, world_id: str) -> Task:
-        """The recorded Harbor task a task world was built from."""
+    def task_session(self, fork: AttemptFork, task: Task) -> AbstractContextManager[TaskSession]:
+        """A task trial's sandbox on a fresh fork of ``fork.world_id``, removed (fork, processes, mounts) on exit."""
         ...
 
-    def task_session(
-        self, world_id: str, experiment: str, trial_id: str, attempt_id: int, task: Task
-    ) -> AbstractContextManager[TaskSession]:
-        """A task trial's sandbox on a fresh fork of ``world_id``, removed (fork, processes, mounts) on exit."""
-        ...
+
+@dataclass(frozen=True)
+class Environment:
+    """What an agent's trial runs against: the sealed worlds, and the sandbox its attempts run in.
+
+    Two parts, not one object, so each is wrapped or replaced on its own: injected faults
+    (:mod:`rl_assets.faults`) wrap only the sandbox. A deployment provides both from one
+    resource, because a sandbox forks its own store's seals:
+    :class:`~rl_assets.resources.world_store.WorldStoreResource` (bubblewrap, overlay or
+    copy forks) and :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource`
+    (pods, PVCs cloned from VolumeSnapshots). They are chosen by the deployment, not by
+    the workload: the same workload runs on either. A new environment (containers, pods)
+    implements :class:`WorldStore` and :class:`Sandbox`.
+    """
+
+    worlds: WorldStore
+    sandbox: Sandbox
 
 
 class Agent(Protocol):
@@ -153,7 +192,8 @@ class Agent(Protocol):
 
     The reference agent's loop runs inside the sandbox
     (:mod:`rl_assets.sandbox.reference_agent`): its ``rollout`` hands the
-    environment the request for one attempt. The tasks workload's chat agent
+    environment's :class:`Sandbox` the request for one attempt. The tasks
+    workload's chat agent reads the recorded task from the :class:`WorldStore`,
     runs in the trusted worker and sends only its commands into a
     :class:`TaskSession`. Owed to the durability story: ``version`` names the
     agent's behaviour and is part of every trajectory's identity (change it

@@ -51,7 +51,7 @@ class TaskAgent:
     def rollout(self, environment: Environment, spec: TrialSpec, policy: Policy, attempt: Attempt) -> Rollout:
         config = attempt.config
         deadline = time.monotonic() + attempt.timeout_s  # the trial's, the verifier's time included
-        task = environment.task(spec.world_id)
+        task = environment.worlds.task(spec.world_id)
         task_timeout_s = task.config.agent.timeout_sec or attempt.timeout_s
         limits = AgentLimits(max_turns=spec.max_turns, timeout_s=min(task_timeout_s, attempt.timeout_s))
         endpoint, key, seed = _policy_endpoint(config, spec, policy, attempt)
@@ -60,7 +60,7 @@ class TaskAgent:
             ChatClient(
                 endpoint, on_answer=lambda a: attempt.on_model_call(endpoint.model, a.turn.usage), api_key=key
             ) as client,
-            environment.task_session(spec.world_id, config.name, spec.trial_id, attempt.attempt_id, task) as session,
+            environment.sandbox.task_session(attempt.fork(spec), task) as session,
         ):
             if task.config.steps:
                 transcript, outcome = _run_steps(task, agent, client, session, seed, deadline)
