@@ -49,7 +49,7 @@ class Waiting:
             deadline.sleep()
         return found
 
-    def retrying(self, attempt: Callable[[], T], errors: tuple[type[Exception], ...]) -> T:
+    def retrying(self, attempt: Callable[[], T], errors: tuple[type[BaseException], ...]) -> T:
         """``attempt()``'s result, attempted again after each of ``errors`` until the timeout; then that error.
 
         For a server that is restarting: its refusals are the state to wait out, and the last one, raised
