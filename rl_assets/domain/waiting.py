@@ -1,12 +1,13 @@
-"""Waiting for a state that arrives asynchronously, with a deadline: the one place that polls.
+"""Waiting for a state that arrives asynchronously, with a deadline: the package's one polling helper.
 
 A server's port opening, a restarting Postgres accepting connections, a lock
 freed by another session, a Kubernetes object reaching a phase: none of them
 can be waited on portably, so the code re-reads the state every so often until
-a timeout. Every such loop lives here, so each caller states only what it
-waits for, how long and how often, and what the timeout means to it. The clock
-and the sleep are injectable so a test can drive the states and never really
-sleep. Standard library only: every layer, the domain included, may wait.
+a timeout. Such waits go through here: each caller states only what it waits
+for, how long and how often, and what the timeout means to it, while the clock,
+the deadline arithmetic and the cadence stay in one place. The clock and the
+sleep are injectable so a test can drive the states and never really sleep.
+Standard library only: every layer, the domain included, may wait.
 """
 
 from __future__ import annotations
