@@ -5,7 +5,6 @@ reward store for the trials the experiment planned. A trial that failed for
 good is absent (``skip``), or takes its prompt group with it (``mask-group``).
 """
 
-import time
 from collections import defaultdict
 from functools import partial
 from typing import Any
@@ -20,6 +19,7 @@ from rl_assets.assets.rubrics import run_rubric
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.domain.language_model import LanguageModelPolicy
 from rl_assets.domain.models import Reward, TrialSpec
+from rl_assets.domain.waiting import Waiting
 from rl_assets.invariants import step_findings
 from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.trainer import TrainerResource
@@ -162,14 +162,14 @@ def _train_earlier_steps(
     while first > 0 and state.training.get(config.name, config.rubric, first - 1) is None:
         first -= 1
     for earlier in range(first, step):
-        deadline = time.monotonic() + BACKFILL_WAIT_S
+        deadline = Waiting(timeout_s=BACKFILL_WAIT_S, interval_s=BACKFILL_POLL_S).deadline()
         while waiting := _unsettled(state, config, earlier):
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 raise dg.Failure(
                     f"step {earlier} of {config.name}: {waiting} not judged within {BACKFILL_WAIT_S:.0f} s"
                 )
             context.log.info(f"step {step} waits for step {earlier}'s rewards: {', '.join(waiting)}")
-            time.sleep(BACKFILL_POLL_S)  # other runs of the backfill are judging them
+            deadline.sleep()  # other runs of the backfill are judging them
         context.log.info(f"training step {earlier} of {config.name} first: step {step} starts from it")
         _train_step(context, state, trainer, config, earlier)
 

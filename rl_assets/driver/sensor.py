@@ -59,6 +59,7 @@ from rl_assets.assets.rollout_batches import batch_run_config
 from rl_assets.deployment import current, launch_tags, rescore_experiments
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.waiting import Waiting
 from rl_assets.driver.failure_watch import run_error
 from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Launch, Plan, give_up_on_crashing, plan
 from rl_assets.home import Home
@@ -283,7 +284,7 @@ def _drive(
 ) -> dg.SensorResult | dg.SkipReason:
     """One tick of a lane: plan, and request the missing runs of ``jobs``; with none, wait for a change first."""
     _ensure_pools(context.instance)
-    deadline = time.monotonic() + LONG_POLL_S
+    deadline = Waiting(timeout_s=LONG_POLL_S, interval_s=POLL_S).deadline()
     while True:
         seen = _last_change(context.instance, state)
         plans = _open_plans(context.instance, state)
@@ -294,9 +295,9 @@ def _drive(
         if run_requests or partitions:
             return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
         while _last_change(context.instance, state) == seen:
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 return dg.SkipReason("no experiment needs a run")
-            time.sleep(POLL_S)
+            deadline.sleep()
 
 
 @dg.sensor(

@@ -11,11 +11,11 @@ The pieces, one concept per module:
 - :mod:`~rl_assets.kubernetes.executor`: the configured ``k8s_job_executor``.
 """
 
+from rl_assets.domain.waiting import Waiting
 from rl_assets.kubernetes.executor import K8sSettings, executor_config, k8s_executor
 from rl_assets.kubernetes.pod_specs import SecretKey, rollout_pod, world_build_tags
 from rl_assets.kubernetes.rollouts import PodOutcome, RolloutPods
 from rl_assets.kubernetes.volumes import WorldNotSealedError, WorldVolumes
-from rl_assets.kubernetes.waiting import Waiting
 
 __all__ = [
     "K8sSettings",

@@ -16,9 +16,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from rl_assets.domain.waiting import Waiting
 from rl_assets.kubernetes.names import OWNER_LABEL
 from rl_assets.kubernetes.pod_specs import ROLLOUT_CONTAINER
-from rl_assets.kubernetes.waiting import Waiting
 
 FINISHED = ("Succeeded", "Failed")
 

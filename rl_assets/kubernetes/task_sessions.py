@@ -30,11 +30,11 @@ from typing import Any
 from kubernetes import client
 
 from rl_assets.domain.models import VerifierOutcome
+from rl_assets.domain.waiting import Waiting
 from rl_assets.kubernetes.names import OWNER_LABEL
 from rl_assets.kubernetes.pod_exec import REPLY_GRACE_S, PodExec
 from rl_assets.kubernetes.rollouts import RolloutPods
 from rl_assets.kubernetes.task_pods import SCRATCH_MOUNTS, TASK_CONTAINER
-from rl_assets.kubernetes.waiting import Waiting
 from rl_assets.sandbox.exec_protocol import TOOLS_CHECK, ContainerVerifier
 from rl_assets.sandbox.protocol import CommandResult
 from rl_assets.tasks.task import Task

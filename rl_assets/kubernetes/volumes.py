@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from rl_assets.domain.waiting import Waiting
 from rl_assets.kubernetes.names import (
     ATTEMPT_ANNOTATION,
     EXPERIMENT_ANNOTATION,
@@ -31,7 +32,6 @@ from rl_assets.kubernetes.names import (
     world_snapshot_name,
     world_value,
 )
-from rl_assets.kubernetes.waiting import Waiting
 
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
 SNAPSHOT_VERSION = "v1"

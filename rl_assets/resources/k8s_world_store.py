@@ -37,6 +37,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from rl_assets.domain.agent import Rollout
+from rl_assets.domain.waiting import Waiting
 from rl_assets.domain.world import build_world
 from rl_assets.home import Home
 from rl_assets.kubernetes.names import world_build_claim_name, world_snapshot_name
@@ -46,7 +47,6 @@ from rl_assets.kubernetes.task_pods import PodOwner, task_image, task_pod
 from rl_assets.kubernetes.task_sessions import TaskPods
 from rl_assets.kubernetes.tiers import TRIAL
 from rl_assets.kubernetes.volumes import WorldNotSealedError, WorldVolumes
-from rl_assets.kubernetes.waiting import Waiting
 from rl_assets.sandbox.launcher import SandboxTimeout, rollout_from_output
 from rl_assets.sandbox.protocol import ForkLayout
 from rl_assets.settings import POD_NAME_ENV, settings

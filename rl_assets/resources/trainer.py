@@ -29,13 +29,12 @@ writes the checkpoint again without adding a ledger row.
 
 from __future__ import annotations
 
-import time
-
 import dagster as dg
 from pydantic import PrivateAttr
 
 from rl_assets.domain.invariants import step_identity
 from rl_assets.domain.models import Policy, Reward
+from rl_assets.domain.waiting import Waiting
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.training import AppliedStep, CheckpointStore, TrainingLedger
 from rl_assets.workloads.registry import REFERENCE, Workload, workload
@@ -64,14 +63,21 @@ def _replace(actor, name: str) -> None:
     import ray
 
     ray.kill(actor, no_restart=True)
-    deadline = time.monotonic() + ACTOR_NAME_FREED_S
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name)
-        except ValueError:
-            return
-        time.sleep(0.05)  # the GCS frees the name asynchronously
-    raise RuntimeError(f"the outdated trainer actor {name!r} was killed but its name was not freed")
+    Waiting(timeout_s=ACTOR_NAME_FREED_S, interval_s=0.05).value(  # the GCS frees the name asynchronously
+        lambda: _name_free(name),
+        lambda: RuntimeError(f"the outdated trainer actor {name!r} was killed but its name was not freed"),
+    )
+
+
+def _name_free(name: str) -> bool:
+    """Whether no actor on the cluster holds ``name``."""
+    import ray
+
+    try:
+        ray.get_actor(name)
+    except ValueError:
+        return True
+    return False
 
 
 def actor_name(experiment: str) -> str:

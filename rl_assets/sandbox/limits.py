@@ -16,10 +16,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from rl_assets.domain.waiting import Waiting
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "rl-assets-"
@@ -92,7 +93,7 @@ class AttemptCgroup:
 
     def kill_and_remove(self) -> None:
         """SIGKILL whatever is left in the attempt's cgroups, then remove them (they must be empty to go)."""
-        deadline = time.monotonic() + 10
+        deadline = Waiting(timeout_s=10, interval_s=0.01).deadline()  # a killed process takes a moment to leave
         for path in self.dirs:
             while True:
                 for pid in self.pids():
@@ -104,9 +105,9 @@ class AttemptCgroup:
                 except FileNotFoundError:
                     break
                 except OSError:
-                    if time.monotonic() > deadline:
+                    if deadline.expired():
                         raise RuntimeError(f"processes of a sandbox attempt outlived SIGKILL in {path}") from None
-                    time.sleep(0.01)  # a killed process takes a moment to leave its cgroup
+                    deadline.sleep()
 
 
 def _remove_orphans(parent: Path) -> None:

@@ -19,7 +19,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 import psycopg2
 
+from rl_assets.domain.waiting import Waiting
 from rl_assets.home import Home, HomeError
 from rl_assets.services.private_files import ensure_secret, read_secret, write_secret
 from rl_assets.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
@@ -279,15 +279,7 @@ class EmbeddedPostgres:
         """The application role and its database, created (or taken over from the superuser) once."""
         app_password = ensure_secret(self.app_password_file, 24)
         admin = self.superuser()
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                conn = admin.connect()
-                break
-            except psycopg2.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        conn = Waiting(timeout_s=30, interval_s=0.2).retrying(admin.connect, (psycopg2.OperationalError,))
         conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_ROLE,))

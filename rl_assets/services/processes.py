@@ -20,13 +20,14 @@ import fcntl
 import json
 import os
 import socket
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+
+from rl_assets.domain.waiting import Waiting
 
 POLL_S = 0.1
 
@@ -201,9 +202,10 @@ class Session:
         """
         known = {p.pid: p for p in [*also, *self.members()]}
         ended: set[int] = set()
-        deadline = time.monotonic() + timeout
+        terminate = Waiting(timeout_s=timeout).deadline()  # then SIGKILL
+        kill = Waiting(timeout_s=2 * timeout).deadline()  # then give up: a process that outlives SIGKILL
         while members := self._alive({**known, **{p.pid: p for p in self.members()}}):
-            force = time.monotonic() > deadline
+            force = terminate.expired()
             for proc in members:
                 try:
                     proc.kill() if force else proc.terminate()
@@ -211,7 +213,7 @@ class Session:
                     pass
                 ended.add(proc.pid)
             psutil.wait_procs(members, timeout=1.0)
-            if time.monotonic() > deadline + timeout:
+            if kill.expired():
                 raise RuntimeError(f"session {self.sid}: still alive after SIGKILL: {[p.pid for p in members]}")
         return sorted(ended)
 
@@ -241,8 +243,8 @@ def processes_mentioning(marker: str) -> list[psutil.Process]:
 
 def wait_ports_closed(ports: set[int], timeout: float = 10.0) -> None:
     """Raise unless none of ``ports`` accepts connections on loopback within ``timeout``."""
-    deadline = time.monotonic() + timeout
+    deadline = Waiting(timeout_s=timeout, interval_s=POLL_S).deadline()
     while held := sorted(p for p in ports if port_is_open(p)):
-        if time.monotonic() > deadline:
+        if deadline.expired():
             raise RuntimeError(f"ports still held after stopping: {held}")
-        time.sleep(POLL_S)
+        deadline.sleep()

@@ -34,10 +34,10 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from rl_assets.domain.waiting import Waiting
 from rl_assets.home import Home
 from rl_assets.services.private_files import ensure_secret
 from rl_assets.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
@@ -116,11 +116,9 @@ class LocalRayHead:
                 break
             if attempt == START_ATTEMPTS - 1:
                 raise RuntimeError(f"ray start failed; see {self.home.logs / 'ray-start.log'}")
-        deadline = time.monotonic() + 60
-        while not port_is_open(port):
-            if time.monotonic() > deadline:
-                raise RuntimeError("Ray head did not open its port within 60 s")
-            time.sleep(0.2)
+        Waiting(timeout_s=60, interval_s=0.2).value(
+            lambda: port_is_open(port), lambda: RuntimeError("Ray head did not open its port within 60 s")
+        )
         address = f"127.0.0.1:{port}"
         self.address_file.write_text(address)
         return address

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,10 +26,12 @@ import psycopg2.extensions
 import sqlalchemy
 import sqlalchemy.exc
 
+from rl_assets.domain.waiting import Waiting
 from rl_assets.services.postgres import PostgresInfo
 from rl_assets.stores import migrations
 
-RECONNECT_TIMEOUT_S = 120.0
+RECONNECTING = Waiting(timeout_s=120.0, interval_s=0.5)
+"""How the stores wait out a restarting Postgres: its refusals, retried every half second for two minutes."""
 POOL_SIZE = 2
 """Connections kept open per process: a step uses one at a time; judge threads may briefly want more."""
 POOL_OVERFLOW = 6
@@ -88,14 +89,8 @@ class Database:
 
     def _checkout(self) -> sqlalchemy.PoolProxiedConnection:
         """A pooled connection; while the server is restarting, waits for it to accept connections."""
-        deadline = time.monotonic() + RECONNECT_TIMEOUT_S
-        while True:
-            try:
-                return self._pool().raw_connection()
-            except (psycopg2.OperationalError, sqlalchemy.exc.OperationalError):  # the pool's, and the migration's
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)  # the server is restarting: poll until it accepts connections
+        refusals = (psycopg2.OperationalError, sqlalchemy.exc.OperationalError)  # the pool's, and the migration's
+        return RECONNECTING.retrying(lambda: self._pool().raw_connection(), refusals)
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg2.extensions.cursor]:

@@ -27,8 +27,8 @@ must not fail for it.
 
 from __future__ import annotations
 
+import math
 import threading
-import time
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
@@ -36,6 +36,7 @@ from enum import IntEnum
 import psycopg2
 import psycopg2.extensions
 
+from rl_assets.domain.waiting import Waiting
 from rl_assets.services.postgres import PostgresInfo
 
 LOST_CONNECTION = (psycopg2.OperationalError, psycopg2.InterfaceError)
@@ -177,12 +178,13 @@ class SessionLock:
 
     def acquire(self, wait_s: float | None = None) -> bool:
         """Take the lock, waiting for it at most ``wait_s`` (None: for as long as it takes)."""
-        deadline = None if wait_s is None else time.monotonic() + wait_s
+        # polling the lock with a deadline; a blocking wait could not be bounded per call
+        deadline = Waiting(timeout_s=math.inf if wait_s is None else wait_s, interval_s=POLL_S).deadline()
         while not self._try():
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline.expired():
                 self.close()
                 return False
-            time.sleep(POLL_S)  # polling the lock with a deadline; a blocking wait could not be bounded per call
+            deadline.sleep()
         return True
 
     def hold(self) -> bool:

@@ -53,13 +53,12 @@ in principle only.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rl_assets.domain.models import MalformedVerdict, Verdict
-from rl_assets.stores.database import RECONNECT_TIMEOUT_S, TRANSIENT_DB_ERRORS, Database
+from rl_assets.stores.database import RECONNECTING, TRANSIENT_DB_ERRORS, Database
 from rl_assets.stores.locks import IdleConnections, LockKey, LockSpace, SessionLock, hashed, is_held
 
 ANSWERED = "answered"
@@ -130,14 +129,8 @@ def _parse(key: str, body: object, digest: str) -> Verdict:
 
 def _retrying(write: Callable[[], T]) -> T:
     """``write`` (an idempotent transaction), again on a new connection if Postgres went away during it."""
-    deadline = time.monotonic() + RECONNECT_TIMEOUT_S
-    while True:
-        try:
-            return write()
-        except TRANSIENT_DB_ERRORS:
-            if time.monotonic() > deadline:
-                raise  # Database.transaction() itself waits for a restarting server; this is a longer outage
-            time.sleep(0.5)
+    # Database.transaction() itself waits for a restarting server: what outlasts this wait too is a longer outage
+    return RECONNECTING.retrying(write, TRANSIENT_DB_ERRORS)
 
 
 class _PendingCall:

@@ -25,7 +25,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from dagster import DagsterInstance, DagsterRun, RunsFilter
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.assets.rollout_batches import batch_members
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.waiting import Waiting
 from rl_assets.driver.planner import ACTIVE_STATUSES
 from rl_assets.home import Home
 from rl_assets.services.daemon import LocalDaemon
@@ -71,7 +71,7 @@ def wait_for(
     With ``while_running``, give up as soon as that process has exited (the state can no longer arrive).
     The short sleep between polls is the polling interval, not synchronisation: the condition decides.
     """
-    deadline = time.monotonic() + timeout
+    deadline = Waiting(timeout_s=timeout, interval_s=POLL_S).deadline()
     while True:
         value = probe()
         if value:
@@ -81,9 +81,9 @@ def wait_for(
             if value:
                 return value
             raise NotReached(f"{what}: the train process exited ({while_running.returncode}) first")
-        if time.monotonic() > deadline:
+        if deadline.expired():
             raise NotReached(f"{what}: not within {timeout:.0f} s")
-        time.sleep(POLL_S)
+        deadline.sleep()
 
 
 # --- the train command -------------------------------------------------------------------------------------
@@ -348,11 +348,11 @@ def sigkill(procs: Iterable[psutil.Process], timeout: float = 30) -> list[int]:
             proc.kill()
         except psutil.Error:
             pass
-    deadline = time.monotonic() + timeout
+    deadline = Waiting(timeout_s=timeout, interval_s=POLL_S).deadline()
     while living := [p for p in procs if alive(p)]:
-        if time.monotonic() > deadline:
+        if deadline.expired():
             raise AssertionError(f"still alive {timeout:.0f} s after SIGKILL: {[p.pid for p in living]}")
-        time.sleep(POLL_S)
+        deadline.sleep()
     return [p.pid for p in procs]
 
 
