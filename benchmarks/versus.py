@@ -10,8 +10,9 @@ versions alternate, round by round, so drift on a shared machine hits both alike
 
 - **reference run**: ``rl-assets train --experiment refN`` with the reference configuration (3 steps of 6
   trials), a new experiment each round, wall time of the whole command on a warm home;
-- **per-trial overhead**: each version's own ``benchmarks/bench.py --parts trial``: the median wall time of a
-  zero-work ``trial_job`` run (rollout in the sandbox plus judging), created and executed as its CLI driver does.
+- **per-trial overhead**: each version's own ``benchmarks/bench.py --parts trial`` in every round: the median
+  wall time of a zero-work ``trial_job`` run (rollout in the sandbox plus judging), created and executed as its
+  CLI driver does (a run launched through the home's run launcher), and the median over the rounds.
 
 Both homes are stopped at the end (``rl-assets stop``), and the temporary directory removed.
 """
@@ -124,13 +125,14 @@ def main() -> int:
                 seconds = timed(lambda v=v, n=n: v.cli("train", "--experiment", f"ref{n}", "--json"))
                 results["reference_s"].setdefault(v.name, []).append(seconds)
                 log(f"round {n}: {v.name} reference run {seconds:.1f} s")
-        for v in versions:
-            out = v.run(
-                "benchmarks/bench.py", "--home", str(v.home), "--parts", "trial", "--trials", str(args.trials), "--json"
-            )
-            trial = json.loads(out.stdout)["trial"]
-            results["trial_s"][v.name] = trial["trial_wall_s"]
-            log(f"{v.name}: median trial run {results['trial_s'][v.name]:.2f} s")
+            for v in versions:
+                out = v.run(
+                    "benchmarks/bench.py",
+                    *("--home", str(v.home), "--parts", "trial", "--trials", str(args.trials), "--json"),
+                )
+                trial_s = json.loads(out.stdout)["trial"]["trial_wall_s"]
+                results["trial_s"].setdefault(v.name, []).append(trial_s)
+                log(f"round {n}: {v.name} median trial run {trial_s:.2f} s")
     finally:
         for v in versions:
             subprocess.run(
@@ -138,10 +140,8 @@ def main() -> int:
             )
         shutil.rmtree(root, ignore_errors=True)
     ref = {name: statistics.median(times) for name, times in results["reference_s"].items()}
-    results["ratios"] = {
-        "reference_run": ref["this"] / ref["base"],
-        "trial_run": results["trial_s"]["this"] / results["trial_s"]["base"],
-    }
+    t = {name: statistics.median(times) for name, times in results["trial_s"].items()}
+    results["ratios"] = {"reference_run": ref["this"] / ref["base"], "trial_run": t["this"] / t["base"]}
     if args.json:
         print(json.dumps(results))
     else:
@@ -151,7 +151,6 @@ def main() -> int:
             f"{'reference run (train)':<22} {ref['base']:>8.1f}s {ref['this']:>8.1f}s "
             f"{results['ratios']['reference_run']:>9.2f}x"
         )
-        t = results["trial_s"]
         print(
             f"{'zero-work trial run':<22} {t['base']:>8.2f}s {t['this']:>8.2f}s {results['ratios']['trial_run']:>9.2f}x"
         )

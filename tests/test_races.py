@@ -31,7 +31,6 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward
 from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.planner import PARENT_RUN_TAG, WILL_RETRY_TAG, Launch, plan
-from rl_assets.driver.run_worker import TEST_GATE_ENV
 from rl_assets.home import Home
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.services.daemon import LocalDaemon
@@ -100,8 +99,12 @@ def test_a_live_run_whose_launcher_died_as_its_worker_started_is_healthy(home, s
     gate, log = tmp_path / "gate", tmp_path / "launcher.err"
     with open(log, "wb") as err:  # a file, not a pipe: the worker it leaves behind must not hold our pipe open
         launcher = subprocess.run(
-            [sys.executable, "-c", f"from rl_assets_testkit.runs import relaunch; relaunch({run.run_id!r})"],
-            env={**os.environ, TEST_DIE_AFTER_WORKER_START_ENV: "1", TEST_GATE_ENV: str(gate)},
+            [
+                sys.executable,
+                "-c",
+                f"from rl_assets_testkit.runs import relaunch; relaunch({run.run_id!r}, gate={str(gate)!r})",
+            ],
+            env={**os.environ, TEST_DIE_AFTER_WORKER_START_ENV: "1"},
             stdout=subprocess.DEVNULL,
             stderr=err,
             stdin=subprocess.DEVNULL,

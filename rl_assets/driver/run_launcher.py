@@ -11,6 +11,13 @@ session of its own, so it outlives the daemon, and it tags the run with its
 That tag is what :meth:`WarmRunLauncher.check_run_worker_health` reads, so
 Dagster's run monitoring fails the run of a dead worker and run retries
 launch it again: no reaper of our own.
+
+It is a ``dagster.DefaultRunLauncher`` (Dagster's public launcher class, for
+its configuration plumbing) that overrides every method that launches, ends
+or checks a run. What Dagster exports under no public name (the health
+result types, the ``execute_run`` argument) comes from
+:mod:`rl_assets.driver.dagster_internals`, the one module that touches
+Dagster's internals.
 """
 
 from __future__ import annotations
@@ -19,20 +26,16 @@ import multiprocessing
 import os
 import signal
 import threading
-import typing
+from collections.abc import Callable
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
 import dagster as dg
 
+from rl_assets.driver.dagster_internals import CheckRunHealthResult, LaunchRunContext, WorkerStatus, launcher_instance
 from rl_assets.home import Home
 from rl_assets.services.processes import identity_alive
 from rl_assets.tags import WORKER_PID_TAG
-
-# Dagster 1.13 exports the launcher base class's result types under no public name; they are read off the
-# public launcher's own signature, so no private module is imported for them.
-_HealthResult: Any = typing.get_type_hints(dg.DefaultRunLauncher.check_run_worker_health)["return"]
-_WorkerStatus: Any = typing.get_type_hints(_HealthResult)["status"]
 
 PRELOAD = ["rl_assets.driver.run_worker", "rl_assets.driver.warm"]
 """What the forkserver imports once, so a worker starts with Dagster and the definitions loaded."""
@@ -55,23 +58,29 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
             self._forkserver = ctx
         return self._forkserver
 
-    def launch_run(self, context: Any) -> None:
+    def worker(self, run_id: str, log_path: str) -> tuple[Callable[..., None], tuple[Any, ...]]:
+        """The forked worker's entry point and its arguments: a subclass may give the worker more to do (the test
+        kit's holds it between tagging its run and claiming it)."""
         from rl_assets.driver.run_worker import run_in_child
 
+        return run_in_child, (run_id, log_path)
+
+    def launch_run(self, context: LaunchRunContext) -> None:
         run = context.dagster_run
-        log_path = os.path.join(Home.resolve().logs, f"run-{run.run_id}.log")
+        target, args = self.worker(run.run_id, os.path.join(Home.resolve().logs, f"run-{run.run_id}.log"))
         with self._lock:
-            proc = self._context().Process(target=run_in_child, args=(run.run_id, log_path), name=f"run-{run.run_id}")
+            proc = self._context().Process(target=target, args=args, name=f"run-{run.run_id}")
             proc.start()  # the worker tags the run itself: nothing this process does after this matters to the run
             multiprocessing.active_children()  # forget the workers that have ended
 
     def terminate(self, run_id: str) -> bool:
         """Cancel a run the way Ctrl-C would: its worker turns SIGINT into a canceled run."""
-        run = self._instance.get_run_by_id(run_id)
+        instance = launcher_instance(self)
+        run = instance.get_run_by_id(run_id)
         worker = run.tags.get(WORKER_PID_TAG) if run is not None else None
         if run is None or worker is None or not identity_alive(worker):
             return False
-        self._instance.report_run_canceling(run)
+        instance.report_run_canceling(run)
         os.kill(int(worker.partition("@")[0]), signal.SIGINT)
         return True
 
@@ -79,10 +88,12 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
     def supports_check_run_worker_health(self) -> bool:
         return True
 
-    def check_run_worker_health(self, run: dg.DagsterRun) -> Any:
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
         worker = run.tags.get(WORKER_PID_TAG)
         if worker is None:
-            return _HealthResult(_WorkerStatus.NOT_FOUND, "the run has no worker")
+            return CheckRunHealthResult(WorkerStatus.NOT_FOUND, "the run has no worker")
         if identity_alive(worker):
-            return _HealthResult(_WorkerStatus.RUNNING, run_worker_id=worker)
-        return _HealthResult(_WorkerStatus.FAILED, f"the run's worker process died ({worker})", run_worker_id=worker)
+            return CheckRunHealthResult(WorkerStatus.RUNNING, run_worker_id=worker)
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED, f"the run's worker process died ({worker})", run_worker_id=worker
+        )

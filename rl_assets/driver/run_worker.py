@@ -5,51 +5,39 @@ Before doing any work the worker tags the run with its own ``pid@start-time``
 from the worker's first moment, whatever happens to the daemon that launched
 it. It then executes the run exactly as Dagster's own launchers do in a pod
 or a container, with ``dagster api execute_run``, here run in-process in the
-warm worker instead of a fresh interpreter. A run that is no longer starting
+warm worker instead of a fresh interpreter (its argument is built in
+:mod:`rl_assets.driver.dagster_internals`). A run that is no longer starting
 (failed by run monitoring before this worker claimed it) is not executed.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import runpy
 import sys
-import time
+from collections.abc import Callable
 
-import dagster as dg
 from dagster import DagsterInstance, DagsterRunStatus
 
+from rl_assets.driver.dagster_internals import execute_run_argv
 from rl_assets.home import Home
 from rl_assets.services.processes import process_identity
 from rl_assets.services.run_workers import worker_file
 from rl_assets.tags import WORKER_PID_TAG
 
-TEST_GATE_ENV = "RL_ASSETS_TEST_WORKER_GATE"
-"""Test hook: a path; the worker, once it has tagged the run, waits until that file exists."""
 CLAIMABLE = (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING)
 
 
-def _wait_for_gate() -> None:
-    gate = os.environ.get(TEST_GATE_ENV)
-    while gate and not os.path.exists(gate):
-        time.sleep(0.05)
+def _carry_on() -> None:
+    """What a worker does between tagging its run and claiming it: nothing."""
 
 
-def _execute_run_args(run: dg.DagsterRun) -> str:
-    """The argument of ``dagster api execute_run``: the run's id and origin; the instance from ``DAGSTER_HOME``."""
-    return json.dumps(
-        {
-            "__class__": "ExecuteRunArgs",
-            "pipeline_origin": json.loads(dg.serialize_value(run.job_code_origin)),
-            "pipeline_run_id": run.run_id,
-            "instance_ref": None,
-            "set_exit_code_on_failure": True,
-        }
-    )
+def main(run_id: str, after_tagging: Callable[[], None] = _carry_on) -> int:
+    """Tag the run with this worker, then execute it if it is still starting; the exit code.
 
-
-def main(run_id: str) -> int:
+    ``after_tagging`` runs between the two: the moment at which the launcher's death must not matter, where the
+    test kit holds a worker to prove it does not.
+    """
     with DagsterInstance.get() as instance:
         run = instance.get_run_by_id(run_id)
         if run is None or run.job_code_origin is None:
@@ -58,14 +46,14 @@ def main(run_id: str) -> int:
         identity = process_identity(os.getpid())
         instance.add_run_tags(run_id, {WORKER_PID_TAG: identity})
         worker_file(Home.resolve(), run_id).write_text(identity)
-        _wait_for_gate()
+        after_tagging()
         run = instance.get_run_by_id(run_id)
         if run is None or run.status not in CLAIMABLE:
             status = "gone" if run is None else run.status.value
             print(f"run {run_id} is {status} (failed before its worker claimed it); not executing it", file=sys.stderr)
             return 1
-        args = _execute_run_args(run)
-    sys.argv = ["dagster", "api", "execute_run", args]
+        argv = execute_run_argv(run)
+    sys.argv = ["dagster", *argv]
     try:
         runpy.run_module("dagster", run_name="__main__", alter_sys=True)
     except SystemExit as exit_:
@@ -84,7 +72,7 @@ def _report_start_failure(run_id: str, err: BaseException) -> None:
             instance.report_run_failed(run, f"the run's worker could not start it: {type(err).__name__}: {first}")
 
 
-def run_in_child(run_id: str, log_path: str) -> None:
+def run_in_child(run_id: str, log_path: str, after_tagging: Callable[[], None] = _carry_on) -> None:
     """Entry point of a forked worker: own session, output to the run's log file."""
     os.setsid()
     try:
@@ -94,7 +82,7 @@ def run_in_child(run_id: str, log_path: str) -> None:
         os.close(fd)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
-        code = main(run_id)
+        code = main(run_id, after_tagging)
     except Exception as err:
         _report_start_failure(run_id, err)
         raise

@@ -18,6 +18,7 @@ from dagster import DagsterInstance, DagsterRun
 
 from rl_assets.definitions import RECONSTRUCTABLE_JOBS
 from rl_assets.driver.planner import Launch
+from rl_assets_testkit.gated_launcher import gated_instance
 
 TEST_DIE_AFTER_WORKER_START_ENV = "RL_ASSETS_TEST_DIE_AFTER_WORKER_START"
 """Test hook: when set, the launching process SIGKILLs itself the moment the worker process exists."""
@@ -41,9 +42,13 @@ def launch_run(instance: DagsterInstance, run: DagsterRun) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def relaunch(run_id: str) -> None:
-    """Launch an existing run from a process of its own (``python -c``): a stand-in for the daemon's launch."""
-    with DagsterInstance.get() as instance:
+def relaunch(run_id: str, gate: str | None = None) -> None:
+    """Launch an existing run from a process of its own (``python -c``): a stand-in for the daemon's launch.
+
+    With a ``gate``, the run's worker waits for that file once it has tagged the run
+    (:class:`~rl_assets_testkit.gated_launcher.GatedRunLauncher`).
+    """
+    with DagsterInstance.get() if gate is None else gated_instance(gate) as instance:
         run = instance.get_run_by_id(run_id)
         assert run is not None, run_id
         launch_run(instance, run)
