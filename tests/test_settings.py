@@ -160,6 +160,7 @@ def test_every_variable_is_a_field_with_a_description():
 
 # ---------------------------------------------------------------- nothing else reads them
 
+
 def _constants() -> dict[str, str]:
     """Every module-level string constant of the package, by name: what an ``os.environ.get(NAME_ENV)`` names."""
     found = {}
