@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from fakes.clock import FakeClock
 from fakes.kube_api import FakeKubeApi, PodScript, serve
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from rl_assets.kubernetes import RolloutPods, Waiting, WorldNotSealedError, WorldVolumes, rollout_pod
+from rl_assets.kubernetes import RolloutPods, WorldNotSealedError, WorldVolumes, rollout_pod
 from rl_assets.kubernetes.names import (
     OWNER_LABEL,
     fork_claim_name,
@@ -30,21 +31,6 @@ NS = "rl-assets"
 PVC, SNAP, POD = "PersistentVolumeClaim", "VolumeSnapshot", "Pod"
 BUILD_CLAIM = world_build_claim_name("dagster-run-0123abcd-x7k2p")
 """The ephemeral PVC of a world build's run worker pod."""
-
-
-class FakeClock:
-    """A clock that only moves when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def waiting(self, timeout_s: float = 30.0) -> Waiting:
-        return Waiting(timeout_s=timeout_s, interval_s=1.0, sleep=self.sleep, clock=lambda: self.now)
 
 
 @pytest.fixture

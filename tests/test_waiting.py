@@ -10,47 +10,31 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from rl_assets.domain.waiting import Waiting
-
-
-class FakeClock:
-    """A clock that only moves when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def waiting(self, timeout_s: float = 3.0, interval_s: float = 1.0) -> Waiting:
-        return Waiting(timeout_s=timeout_s, interval_s=interval_s, sleep=self.sleep, clock=lambda: self.now)
+from fakes.clock import FakeClock
 
 
 def test_a_state_already_there_costs_no_sleep() -> None:
     clock = FakeClock()
-    clock.waiting().until("ready", lambda: True)
+    clock.waiting(timeout_s=3.0).until("ready", lambda: True)
     assert clock.sleeps == []
 
 
 def test_until_looks_every_interval_and_names_what_it_waited_for() -> None:
     clock = FakeClock()
     looks = iter([False, False, True])
-    clock.waiting(interval_s=0.5).until("ready", lambda: next(looks))
+    clock.waiting(timeout_s=3.0, interval_s=0.5).until("ready", lambda: next(looks))
     assert clock.sleeps == [0.5, 0.5]
     with pytest.raises(TimeoutError, match=r"^never: not reached within 3s$"):
-        clock.waiting().until("never", lambda: False)
+        clock.waiting(timeout_s=3.0).until("never", lambda: False)
     assert clock.now == 1.0 + 3.0, "the last look is at the deadline itself, then no more sleeping"
 
 
 def test_value_returns_the_probe_and_raises_the_callers_own_error() -> None:
     clock = FakeClock()
     answers = iter([None, [], ["port"]])
-    assert clock.waiting().value(lambda: next(answers), lambda: AssertionError("unused")) == ["port"]
+    assert clock.waiting(timeout_s=3.0).value(lambda: next(answers), lambda: AssertionError("unused")) == ["port"]
     with pytest.raises(RuntimeError, match="did not open"):
-        clock.waiting().value(lambda: 0, lambda: RuntimeError("did not open"))
+        clock.waiting(timeout_s=3.0).value(lambda: 0, lambda: RuntimeError("did not open"))
 
 
 def test_retrying_waits_out_the_listed_errors_then_reraises_the_last() -> None:
@@ -62,7 +46,7 @@ def test_retrying_waits_out_the_listed_errors_then_reraises_the_last() -> None:
             raise refusal
         return "connection"
 
-    assert clock.waiting().retrying(connect, (ConnectionError,)) == "connection"
+    assert clock.waiting(timeout_s=3.0).retrying(connect, (ConnectionError,)) == "connection"
     assert clock.sleeps == [1.0, 1.0]
 
     clock = FakeClock()
@@ -71,7 +55,7 @@ def test_retrying_waits_out_the_listed_errors_then_reraises_the_last() -> None:
         raise ConnectionError(f"refused at {clock.now:g}")
 
     with pytest.raises(ConnectionError, match=r"refused at 3$"):
-        clock.waiting().retrying(refused, (ConnectionError,))
+        clock.waiting(timeout_s=3.0).retrying(refused, (ConnectionError,))
 
     clock = FakeClock()
 
@@ -79,7 +63,7 @@ def test_retrying_waits_out_the_listed_errors_then_reraises_the_last() -> None:
         raise ValueError("not a restart")
 
     with pytest.raises(ValueError):
-        clock.waiting().retrying(broken, (ConnectionError,))
+        clock.waiting(timeout_s=3.0).retrying(broken, (ConnectionError,))
     assert clock.sleeps == [], "an error not listed is raised at once"
 
 
