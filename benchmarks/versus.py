@@ -6,7 +6,8 @@ per-trial overhead, each as a ratio *this / earlier*.
 The earlier code is exported from git (``git archive``) into a temporary directory and run from there
 (``PYTHONPATH`` ahead of this checkout's editable install), each version in a home of its own, so their
 Postgres data and Ray heads never mix. Both homes' services are brought up first (not timed), then the
-versions alternate, round by round, so drift on a shared machine hits both alike:
+versions alternate, round by round, and so does which goes first, so drift on a shared machine and a
+first-in-round effect hit both alike:
 
 - **reference run**: ``rl-assets train --experiment refN`` with the reference configuration (3 steps of 6
   trials), a new experiment each round, wall time of the whole command on a warm home;
@@ -121,11 +122,12 @@ def main() -> int:
             log(f"{v.name}: bringing the home's services up")
             v.cli("rubrics")  # starts Postgres (and the schema) the way every command does
         for n in range(args.rounds):
-            for v in versions:
+            order = versions if n % 2 == 0 else versions[::-1]  # who goes first alternates too
+            for v in order:
                 seconds = timed(lambda v=v, n=n: v.cli("train", "--experiment", f"ref{n}", "--json"))
                 results["reference_s"].setdefault(v.name, []).append(seconds)
                 log(f"round {n}: {v.name} reference run {seconds:.1f} s")
-            for v in versions:
+            for v in order:
                 out = v.run(
                     "benchmarks/bench.py",
                     *("--home", str(v.home), "--parts", "trial", "--trials", str(args.trials), "--json"),
