@@ -94,6 +94,7 @@ def _problem(model: type[BaseModel], err: ValidationError) -> str:
 
 
 def _checked(check: Callable[[str], str], value: str, flag: str) -> str:
+    """A name checked by its one check (the application's) before it names a row or a file."""
     with _as_usage():
         return experiments.checked_name(check, flag, value)
 
