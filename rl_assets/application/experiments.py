@@ -62,10 +62,16 @@ def usable_rubric(
         rubric = registry.get(name)
     except ValueError as err:  # unknown, an invalid file, or a changed one
         raise Refused(field, str(err)) from None
-    if config is not None and config.judge != "none":
-        if problem := kind_problem(rubric, llm_judge=config.judge == "llm"):
-            raise Refused(field, problem)
+    if config is not None:
+        check_kind(rubric, config, field)
     return rubric
+
+
+def check_kind(rubric: AnyRubric, config: ExperimentConfig, field: str = "rubric") -> None:
+    """Refuse a rubric the experiment's judge cannot read: weights for the deterministic judge, a prompt for an
+    LLM."""
+    if config.judge != "none" and (problem := kind_problem(rubric, llm_judge=config.judge == "llm")):
+        raise Refused(field, problem)
 
 
 def check_named_keys(home: Home, config: ExperimentConfig) -> None:
@@ -175,9 +181,9 @@ def rescore(
     ``trained``: whether the experiment's own chain is done (the planner's answer over the caller's instance).
     ``requested_by``: who asked, kept with the request.
     """
-    rubric = checked_name(check_rubric_name, "rubric", rubric)
+    resolved = usable_rubric(stores.rubrics, checked_name(check_rubric_name, "rubric", rubric))  # pinned first
     config = existing(stores, experiment)
-    resolved = usable_rubric(stores.rubrics, rubric, config)
+    check_kind(resolved, config)
     if not trained(config):
         raise Refused(None, f"experiment {config.name!r} is not trained yet; finish it with `rl-assets train` first")
     if resolved.name == config.rubric:
