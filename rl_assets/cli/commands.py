@@ -277,7 +277,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     config, runtime = _config_from_args(args)
     home = Home.resolve(args.home)
     _usable_rubric(home, config.rubric, config)
-    _check_api_keys(home, config)
+    _refuse_caller_keys(config)
+    with _as_usage():
+        experiments.check_named_keys(home, config)  # before any service starts; start() checks again, pinned
     from rl_assets.cli.preflight import for_home
     from rl_assets.views.results import experiment_result, failed_steps, format_table
 
@@ -318,9 +320,9 @@ CALLER_KEYS = (
 """The variables that once carried the keys; the key's role; the config field that names a stored key instead."""
 
 
-def _check_api_keys(home: Home, config: ExperimentConfig) -> None:
-    """Refuse, before anything starts, a key the experiment names but the home lacks, and a key left in this
-    shell's environment: the runs never see it (the home's services drop every credential they inherit)."""
+def _refuse_caller_keys(config: ExperimentConfig) -> None:
+    """Refuse, before anything starts, a key left in this shell's environment: the runs never see it (the home's
+    services drop every credential they inherit). The keys an experiment names are the application's check."""
     from rl_assets.settings import settings
 
     if settings().env != "local":
@@ -332,8 +334,6 @@ def _check_api_keys(home: Home, config: ExperimentConfig) -> None:
                 f"`rl-assets keys set {role} --from-env {variable}` and give {FLAG_OF[(ExperimentConfig, field)]} "
                 f"{role}"
             )
-    with _as_usage():
-        experiments.check_named_keys(home, config)
 
 
 def _existing(stores, name: str, flag: str = "--experiment") -> ExperimentConfig:
@@ -406,7 +406,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
     _preflight(for_home(home))
     stores = _open(home)
-    _check_api_keys(home, _existing(stores, args.parent, "--from"))
+    _refuse_caller_keys(_existing(stores, args.parent, "--from"))
     with _as_usage():
         fork = experiments.fork(stores, home, args.parent, args.experiment, args.rubric).config
     _follow(home, stores, fork)
