@@ -25,7 +25,7 @@ from typing import Any
 
 from bench import _execute_launch, build_worlds, ensure_partitions, fmt_s, fmt_x, log, ratio
 
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
 
 TASK = Path(__file__).resolve().parents[1] / "examples" / "tasks" / "create-file"
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=6, help="trials of each kind in the median (plus a warm-up)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     args = parser.parse_args(argv)
-    from rl_assets.services.local_deployment import LocalDeployment
+    from rl_assets.home.services.local_deployment import LocalDeployment
 
     home = Home.resolve(args.home)
     log(f"bringing the services of {home.root} up")

@@ -59,9 +59,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
 from rl_assets.sandbox.launcher import isolation
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 
 MIB = 1 << 20
 FILES_PER_WORLD = 64
@@ -367,8 +367,8 @@ def bench_train(experiment: str, batch_size: int, calls: int, attach_reps: int) 
 
     from rl_assets.domain.bandit import apply_step
     from rl_assets.domain.models import Policy, Reward
+    from rl_assets.home.settings import RAY_ADDRESS_ENV, RAY_NAMESPACE_ENV
     from rl_assets.resources.trainer import TrainerResource
-    from rl_assets.settings import RAY_ADDRESS_ENV, RAY_NAMESPACE_ENV
 
     address, namespace = os.environ[RAY_ADDRESS_ENV], os.environ[RAY_NAMESPACE_ENV]
     batch = _batch(batch_size)
@@ -781,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
     if "forks" in parts:
         results["forks"] = bench_forks(home, sizes)
     if parts & {"trial", "train", "world_sizes"}:
-        from rl_assets.services.local_deployment import LocalDeployment
+        from rl_assets.home.services.local_deployment import LocalDeployment
 
         log(f"bringing the services of {home.root} up")
         t = time.perf_counter()

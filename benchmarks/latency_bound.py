@@ -47,8 +47,8 @@ SERVICES = ("postgres", "raylet", "gcs_server", "ray::", "ray/", "dashboard", "l
 LEDGER_QUERY = """
 import json, sys
 from pathlib import Path
-from rl_assets.home import Home
-from rl_assets.services.local_deployment import LocalDeployment
+from rl_assets.home.layout import Home
+from rl_assets.home.services.local_deployment import LocalDeployment
 from rl_assets.stores.database import Database
 from rl_assets.stores.home_stores import Stores
 home, experiment, kind = Home(Path(sys.argv[1])), sys.argv[2], sys.argv[4]

@@ -29,7 +29,7 @@ from pathlib import Path
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.sandbox.launcher import run_sandbox
 from rl_assets.sandbox.protocol import SandboxRequest
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 
 REPO = Path(__file__).resolve().parents[1]
 PREVIOUS_PREFIX = ["unshare", "--mount", "--net", "--pid", "--mount-proc", "--fork", "--kill-child"]

@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, help="an existing home to add the histories to (default: a new one)")
     parser.add_argument("--json", action="store_true", help="one JSON object per N")
     args = parser.parse_args(argv)
-    from rl_assets.home import Home
-    from rl_assets.services.local_deployment import LocalDeployment
+    from rl_assets.home.layout import Home
+    from rl_assets.home.services.local_deployment import LocalDeployment
 
     root = None
     if args.home is None:

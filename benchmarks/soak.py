@@ -66,11 +66,11 @@ from dagster import DagsterInstance
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import FaultConfig
-from rl_assets.home import Home
-from rl_assets.services.local_deployment import LocalDeployment
-from rl_assets.services.processes import processes_mentioning
-from rl_assets.services.ray_head import LocalRayHead
-from rl_assets.settings import HOME_ENV
+from rl_assets.home.layout import Home
+from rl_assets.home.services.local_deployment import LocalDeployment
+from rl_assets.home.services.processes import processes_mentioning
+from rl_assets.home.services.ray_head import LocalRayHead
+from rl_assets.home.settings import HOME_ENV
 from rl_assets.stores.database import Database
 from rl_assets_testkit.expectations import oracle_expectation, table_of
 from rl_assets_testkit.kills import (

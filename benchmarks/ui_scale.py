@@ -69,8 +69,8 @@ def build(home: Path, steps: int, trials: int) -> dict[str, Any]:
 
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import Runtime
-    from rl_assets.home import Home
-    from rl_assets.services.local_deployment import LocalDeployment
+    from rl_assets.home.layout import Home
+    from rl_assets.home.services.local_deployment import LocalDeployment
     from rl_assets.stores.database import Database
     from rl_assets.stores.home_stores import Stores
     from rl_assets_testkit.history import write_history
@@ -97,8 +97,8 @@ def build(home: Path, steps: int, trials: int) -> dict[str, Any]:
 
 
 def running_services(home: Path) -> list[str]:
-    from rl_assets.home import Home
-    from rl_assets.services.local_deployment import LocalDeployment
+    from rl_assets.home.layout import Home
+    from rl_assets.home.services.local_deployment import LocalDeployment
 
     sessions = LocalDeployment(Home(home)).sessions()
     return [name for name, session in sessions.items() if session is not None and session.members()]
@@ -153,9 +153,9 @@ class UI:
     """``rl-assets dev`` serving a home, started here."""
 
     def __init__(self, home: Path, log: Path) -> None:
-        from rl_assets.home import Home
-        from rl_assets.services.processes import free_loopback_port
-        from rl_assets.services.ui_auth import ensure_token
+        from rl_assets.home.layout import Home
+        from rl_assets.home.services.processes import free_loopback_port
+        from rl_assets.home.services.ui_auth import ensure_token
 
         self.home = home
         self.token = ensure_token(Home(home))
@@ -178,7 +178,7 @@ class UI:
 
     def login(self, driver: Any) -> None:
         """Open the login URL once: its cookie lets the browser see every page after it."""
-        from rl_assets.services.ui_auth import login_url
+        from rl_assets.home.services.ui_auth import login_url
 
         driver.get(login_url("127.0.0.1", self.port, self.token))
 
@@ -189,8 +189,8 @@ class UI:
         return graphql(self.base, "{ runsOrError { ... on Runs { count } } }", self.token)["runsOrError"]["count"]
 
     def stop(self) -> None:
-        from rl_assets.home import Home
-        from rl_assets.services.dev_server import DevServer
+        from rl_assets.home.layout import Home
+        from rl_assets.home.services.dev_server import DevServer
 
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -3,7 +3,7 @@
 ``reference/cli.md`` gets every command's ``--help`` (from :func:`rl_assets.cli.commands.build_parser`), and
 ``reference/settings.md`` a table of every experiment, fault and execution setting (from the pydantic models'
 field descriptions, as the flags and the launchpad's config are) and one of every environment variable (from
-:class:`rl_assets.settings.Settings`, the one model the package reads them through).
+:class:`rl_assets.home.settings.Settings`, the one model the package reads them through).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _settings() -> str:
 
 
 def _environment() -> str:
-    from rl_assets.settings import Settings
+    from rl_assets.home.settings import Settings
 
     rows = ["| variable | default | what it is |", "| --- | --- | --- |"]
     for info in Settings.model_fields.values():

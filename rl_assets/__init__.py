@@ -42,7 +42,7 @@ _EXPORTS: dict[str, str] = {
     "JudgeResource": "rl_assets.resources.judge",
     "TrainerResource": "rl_assets.resources.trainer",
     # A home: its directory layout and services.
-    "Home": "rl_assets.home",
+    "Home": "rl_assets.home.layout",
 }
 
 __all__ = sorted(_EXPORTS)

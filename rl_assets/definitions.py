@@ -32,11 +32,11 @@ def load_definitions() -> dg.Definitions:
     from rl_assets.assets.trajectories import trajectories
     from rl_assets.assets.weights import weights
     from rl_assets.assets.worlds import worlds
-    from rl_assets.deployment import resources
+    from rl_assets.driver.deployment import resources
+    from rl_assets.driver.jobs import judge_job, rollout_job, train_job, trial_job, world_job
     from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_job, start_experiment_job
     from rl_assets.driver.rubric_observer import rubric_observer
     from rl_assets.driver.sensor import driver_sensor, rubric_sensor, training_sensor
-    from rl_assets.jobs import judge_job, rollout_job, train_job, trial_job, world_job
 
     return dg.Definitions(
         assets=[rubrics, worlds, task_images, trajectories, rewards, weights],

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rl_assets.home import Home
-from rl_assets.services.local_deployment import LocalDeployment
+from rl_assets.home.layout import Home
+from rl_assets.home.services.local_deployment import LocalDeployment
 from rl_assets.stores.database import Database
 from rl_assets.stores.home_stores import Stores
 

@@ -15,7 +15,7 @@ from rl_assets.application.experiments import Refused
 from rl_assets.definitions import defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
 from rl_assets_testkit.expectations import run_cli
 
 UNTRAINED = "app-untrained"

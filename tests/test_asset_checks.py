@@ -27,12 +27,12 @@ import pytest
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import INVARIANTS
 from rl_assets.domain.models import Reward, Trajectory
+from rl_assets.domain.run_tags import EXPERIMENT_TAG, PARTITION_TAG, RUBRIC_TAG
 from rl_assets.driver.planner import plan
-from rl_assets.home import Home
-from rl_assets.invariants import CheckOutcome, experiment_checks
+from rl_assets.home.layout import Home
 from rl_assets.stores.home_stores import Stores
-from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, RUBRIC_TAG
-from rl_assets.worlds import LocalWorlds
+from rl_assets.views.invariant_records import CheckOutcome, experiment_checks
+from rl_assets.worlds.local import LocalWorlds
 from rl_assets_testkit.expectations import cli_args, run_cli
 
 NAME = "checked"

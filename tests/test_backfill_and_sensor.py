@@ -27,8 +27,8 @@ from rl_assets.definitions import defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.driver.planner import plan
 from rl_assets.driver.sensor import RESCORE_EXPERIMENTS_ENV
-from rl_assets.home import Home
-from rl_assets.services.daemon import LocalDaemon
+from rl_assets.home.layout import Home
+from rl_assets.home.services.daemon import LocalDaemon
 from rl_assets.stores.rubrics import parse_rubric_file
 from rl_assets.views.results import experiment_result
 from rl_assets_testkit.expectations import cli_args, rescored_expectation, run_cli, table_of, train_json

@@ -1,7 +1,7 @@
 """What the run launcher needs of Dagster's internals still holds on the installed Dagster.
 
 Each failure names the installed Dagster version: a release that moved or changed one of these names fails here,
-in the fast tier, not in a worker's log. ``rl_assets/driver/dagster_internals.py`` says what is used and why.
+in the fast tier, not in a worker's log. ``rl_assets/instance/dagster_internals.py`` says what is used and why.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import dagster as dg
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from rl_assets.driver import dagster_internals
-from rl_assets.driver.dagster_internals import (
+from rl_assets.domain.run_tags import WORKER_PID_TAG
+from rl_assets.home.layout import HOME_ENV
+from rl_assets.instance import dagster_internals
+from rl_assets.instance.dagster_internals import (
     SUPPORTED_DAGSTER,
     CheckRunHealthResult,
     LaunchRunContext,
@@ -24,17 +26,15 @@ from rl_assets.driver.dagster_internals import (
     execute_run_argv,
     launcher_instance,
 )
-from rl_assets.driver.run_launcher import WarmRunLauncher
-from rl_assets.home import HOME_ENV
-from rl_assets.tags import WORKER_PID_TAG
+from rl_assets.instance.run_launcher import WarmRunLauncher
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGSTER = f"Dagster {dg.__version__}"
 PRIVATE_IMPORT = re.compile(r"^\s*(?:from|import)\s+dagster\._", re.MULTILINE)
 KNOWN_PRIVATE_IMPORTERS = {
-    "rl_assets/driver/dagster_internals.py",
+    "rl_assets/instance/dagster_internals.py",
     # The dev server's UI serves a workspace through dagster-webserver's app factory (not the launcher's concern).
-    "rl_assets/services/ui_webserver.py",
+    "rl_assets/home/services/ui_webserver.py",
 }
 
 
@@ -87,7 +87,7 @@ def test_a_launcher_reads_the_instance_it_was_registered_with(tmp_path, monkeypa
 
 def test_the_workers_execute_run_argument_executes_a_created_run(tmp_path, monkeypatch):
     """The worker's own path (tag, claim, ``dagster api execute_run`` in-process) on a throwaway instance."""
-    from rl_assets.driver import run_worker
+    from rl_assets.instance import run_worker
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv(HOME_ENV, str(tmp_path / "home"))

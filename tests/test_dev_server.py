@@ -41,11 +41,11 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from system_components import REQUIRE_ALL
 
-from rl_assets.home import Home, HomeError
-from rl_assets.services.daemon import LocalDaemon
-from rl_assets.services.dev_server import DevServer
-from rl_assets.services.processes import free_loopback_port, port_is_open
-from rl_assets.services.ui_auth import TokenGate, cookie_name, cookie_value, ensure_token, login_url, token_path
+from rl_assets.home.layout import Home, HomeError
+from rl_assets.home.services.daemon import LocalDaemon
+from rl_assets.home.services.dev_server import DevServer
+from rl_assets.home.services.processes import free_loopback_port, port_is_open
+from rl_assets.home.services.ui_auth import TokenGate, cookie_name, cookie_value, ensure_token, login_url, token_path
 
 UI_DEADLINE_S = 300.0
 STOP_BOUND_S = 45.0

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rl_assets.settings import VARIABLES
+from rl_assets.home.settings import VARIABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,7 @@ def test_the_docs_site_builds_strictly_with_the_generated_reference(tmp_path):
     settings = (site / "reference" / "settings" / "index.html").read_text()
     assert "ExecutionSettings.max_concurrent_trials" in settings and "<!-- generated" not in settings
     missing = [variable for variable in VARIABLES if f"<code>{variable}</code>" not in settings]
-    assert not missing, f"every environment variable of rl_assets.settings is on the page: {missing}"
+    assert not missing, f"every environment variable of rl_assets.home.settings is on the page: {missing}"
     spec = (site / "reference-workload" / "index.html").read_text()
     assert "seed(*parts)" in spec, "the specification the code cites is in the docs"
     assert "kind" in (site / "kubernetes" / "index.html").read_text(), "deploy/README.md is rendered"

@@ -123,7 +123,7 @@ def test_k8s_rollout_fault_and_deadline_become_sandbox_errors_fake_api(fake_api)
 
 def test_world_build_run_gets_an_ephemeral_volume_tag_and_the_sensor_calls_no_api(monkeypatch):
     """The driver sensor runs in the code server, whose account has no rights: it must create nothing."""
-    from rl_assets.deployment import ENV_VAR, launch_tags
+    from rl_assets.driver.deployment import ENV_VAR, launch_tags
 
     monkeypatch.setenv(ENV_VAR, "kubernetes")
     store = K8sWorldStoreResource(namespace="rl-assets", image="rl-assets:0.1.0", world_size="3Gi")

@@ -57,7 +57,7 @@ def own_home(reachable: Path) -> Iterator[Path]:
 def _start_daemon(home: Path, env: dict[str, str]) -> None:
     """The home's services and daemon, started by a process with ``env``: the daemon keeps that environment."""
     code = (
-        "from rl_assets.home import Home; from rl_assets.services.local_deployment import LocalDeployment; "
+        "from rl_assets.home.layout import Home; from rl_assets.home.services.local_deployment import LocalDeployment; "
         f"LocalDeployment(Home.resolve({str(home)!r})).up(with_daemon=True)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, **env}, timeout=300)

@@ -11,7 +11,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy
 from rl_assets.domain.runtime import FaultConfig
 from rl_assets.domain.scoring import simulated_judge
-from rl_assets.faults import FaultInjection, InjectedJudgeFault
+from rl_assets.resources.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.sandbox.protocol import ForkLayout, SandboxRequest
 from rl_assets.workloads.registry import REFERENCE
 from rl_assets.workloads.seams import AttemptFork, RequestFactory

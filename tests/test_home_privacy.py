@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_assets.services.postgres import ROOT_RUNS_AS
+from rl_assets.home.services.postgres import ROOT_RUNS_AS
 
 PROBE = r"""
 import json, os, sys

@@ -20,9 +20,9 @@ import pytest
 from rl_assets.definitions import defs
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.names import InvalidNameError
+from rl_assets.domain.run_tags import RUBRIC_TAG, rubric_of
 from rl_assets.domain.runtime import Runtime
 from rl_assets.stores.rubrics import RubricError, RubricRegistry
-from rl_assets.tags import RUBRIC_TAG, rubric_of
 
 SECRET = "TOPSECRET-7f3a"
 """Planted in files that are refused: no error message may echo a file's contents."""

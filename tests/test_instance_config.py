@@ -10,7 +10,7 @@ import sqlalchemy.pool
 import yaml
 from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage
 
-from rl_assets.services.local_deployment import DAGSTER_YAML
+from rl_assets.home.services.local_deployment import DAGSTER_YAML
 
 ROOT = Path(__file__).resolve().parents[1]
 STORAGES = ("run_storage", "event_log_storage", "schedule_storage")
@@ -60,7 +60,7 @@ def test_the_run_workers_forkserver_preloads_every_storage_module_of_the_instanc
     forkserver did not import is imported by every run again (dagster-postgres: 0.3 s a trial run)."""
     config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
     modules = sorted({config[storage]["module"] for storage in STORAGES})
-    assert "rl_assets.driver.pooled_storage" in modules
-    probe = f"import sys, rl_assets.driver.warm; print([m for m in {modules!r} if m not in sys.modules])"
+    assert "rl_assets.instance.pooled_storage" in modules
+    probe = f"import sys, rl_assets.instance.warm; print([m for m in {modules!r} if m not in sys.modules])"
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert proc.stdout.strip() == "[]", proc.stdout

@@ -19,8 +19,8 @@ import pytest
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Verdict
 from rl_assets.domain.scoring import simulated_judge
+from rl_assets.home.services.postgres import PostgresInfo
 from rl_assets.resources.judge import JudgeResource
-from rl_assets.services.postgres import PostgresInfo
 from rl_assets.stores.database import Database
 from rl_assets.stores.verdicts import (
     ANSWERED,

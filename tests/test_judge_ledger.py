@@ -10,7 +10,7 @@ import threading
 import uuid
 
 from rl_assets.domain.scoring import simulated_judge
-from rl_assets.services.postgres import PostgresInfo
+from rl_assets.home.services.postgres import PostgresInfo
 from rl_assets.stores.database import Database
 from rl_assets.stores.verdicts import DIED, VerdictLedger
 from rl_assets_testkit.samples import RUBRIC, sample_trajectory

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from rl_assets.deployment import JUDGE_RATE_ENV, judge_max_calls_per_minute
+from rl_assets.driver.deployment import JUDGE_RATE_ENV, judge_max_calls_per_minute
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.stores.database import Database
 from rl_assets.stores.judge_rate import JudgeRateLimit, JudgeRateTimeout

@@ -204,7 +204,7 @@ def test_user_code_env_provides_every_env_var_the_kubernetes_definitions_read(mo
     """A dg.EnvVar the code reads but the deployment does not set fails only at run time, on the cluster."""
     import dagster as dg
 
-    from rl_assets.deployment import ENV_VAR, resources
+    from rl_assets.driver.deployment import ENV_VAR, resources
     from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV
 
     monkeypatch.setenv(ENV_VAR, "kubernetes")

@@ -35,7 +35,7 @@ from fakes.pod_security import BASELINE, RESTRICTED, violations
 from kubernetes.client import ApiClient
 
 from rl_assets.definitions import defs
-from rl_assets.jobs import train_job, trial_job
+from rl_assets.driver.jobs import train_job, trial_job
 from rl_assets.kubernetes import K8sSettings, k8s_executor, rollout_pod, world_build_tags
 from rl_assets.kubernetes.names import TIER_LABEL, WORLD_VOLUME, fork_claim_name
 from rl_assets.kubernetes.pod_specs import (

@@ -57,7 +57,7 @@ from rl_assets.tasks.snapshot import (
 from rl_assets.tasks.task import load_task
 from rl_assets.tasks.verifier import RewardFileMissing, RewardFileUnsafe, VerifierTimeout
 from rl_assets.workloads.seams import AttemptFork
-from rl_assets.worlds import tree_hash
+from rl_assets.worlds.local import tree_hash
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 NS = "rl-assets"

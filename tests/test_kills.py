@@ -18,9 +18,9 @@ import pytest
 from dagster import DagsterRunStatus
 
 from rl_assets.domain.experiment import ExperimentConfig
-from rl_assets.home import Home
-from rl_assets.services.ray_head import LocalRayHead
-from rl_assets.settings import RAY_ADDRESS_ENV
+from rl_assets.home.layout import Home
+from rl_assets.home.services.ray_head import LocalRayHead
+from rl_assets.home.settings import RAY_ADDRESS_ENV
 from rl_assets_testkit.expectations import oracle_expectation, run_cli, table_of
 from rl_assets_testkit.kills import (
     DIED_DURING_CALL,

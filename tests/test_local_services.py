@@ -28,10 +28,10 @@ import psutil
 import psycopg2
 import pytest
 
-from rl_assets.home import Home, HomeError
-from rl_assets.services.local_deployment import LocalDeployment
-from rl_assets.services.postgres import PostgresInfo
-from rl_assets.services.processes import (
+from rl_assets.home.layout import Home, HomeError
+from rl_assets.home.services.local_deployment import LocalDeployment
+from rl_assets.home.services.postgres import PostgresInfo
+from rl_assets.home.services.processes import (
     Session,
     identity_alive,
     port_is_open,

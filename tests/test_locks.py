@@ -17,8 +17,8 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Verdict
 from rl_assets.domain.runtime import Runtime
 from rl_assets.domain.scoring import simulated_judge
-from rl_assets.home import Home
-from rl_assets.services.postgres import EmbeddedPostgres, PostgresInfo
+from rl_assets.home.layout import Home
+from rl_assets.home.services.postgres import EmbeddedPostgres, PostgresInfo
 from rl_assets.stores import migrations
 from rl_assets.stores.database import Database
 from rl_assets.stores.drives import DriveRequests

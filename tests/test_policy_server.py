@@ -39,8 +39,8 @@ import dagster as dg
 import pytest
 from chat_checkpoints import chat_checkpoint
 
-from rl_assets.home import Home
-from rl_assets.services.policy_server import LocalPolicyServer
+from rl_assets.home.layout import Home
+from rl_assets.home.services.policy_server import LocalPolicyServer
 from rl_assets.workloads.grpo import checkpoint
 from rl_assets_testkit.expectations import run_cli, train_json
 from rl_assets_testkit.kills import wait_for

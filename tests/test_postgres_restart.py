@@ -8,8 +8,8 @@ import sys
 
 from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
 
-from rl_assets.home import Home
-from rl_assets.services.postgres import EmbeddedPostgres
+from rl_assets.home.layout import Home
+from rl_assets.home.services.postgres import EmbeddedPostgres
 from rl_assets_testkit.expectations import table_of
 from rl_assets_testkit.kills import wait_for
 

@@ -25,20 +25,20 @@ import ray
 from dagster import DagsterRunStatus, RunsFilter
 from pydantic import BaseModel
 
-import rl_assets.worlds
+import rl_assets.worlds.local
 from rl_assets.assets.partitions import partitions_to_add
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward
+from rl_assets.domain.run_tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
 from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.planner import PARENT_RUN_TAG, WILL_RETRY_TAG, Launch, plan
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
+from rl_assets.home.services.daemon import LocalDaemon
+from rl_assets.home.services.processes import identity_alive
 from rl_assets.resources.trainer import TrainerResource
-from rl_assets.services.daemon import LocalDaemon
-from rl_assets.services.processes import identity_alive
 from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.locks import LockSpace
-from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 from rl_assets_testkit.kills import wait_for
 from rl_assets_testkit.runs import TEST_DIE_AFTER_WORKER_START_ENV, create_run
 
@@ -275,7 +275,7 @@ def _blocked_flock_on(path: Path) -> bool:
 
 def test_two_builds_of_one_world_at_once_build_it_once(tmp_path, monkeypatch):
     worlds = LocalWorlds(tmp_path / "worlds", tmp_path / "forks")
-    real_build = rl_assets.worlds.build_world
+    real_build = rl_assets.worlds.local.build_world
     builds: list[str] = []
     first_inside, release = threading.Event(), threading.Event()
 
@@ -286,7 +286,7 @@ def test_two_builds_of_one_world_at_once_build_it_once(tmp_path, monkeypatch):
             assert release.wait(120)
         real_build(world_id, root)
 
-    monkeypatch.setattr(rl_assets.worlds, "build_world", held_build)
+    monkeypatch.setattr(rl_assets.worlds.local, "build_world", held_build)
     results: dict[str, tuple[str, bool]] = {}
 
     def build(who: str) -> None:

@@ -46,7 +46,7 @@ from rl_assets.tasks.verifier import (
 )
 from rl_assets.workloads.harbor.client import ChatClient, ChatEndpoint
 from rl_assets.workloads.harbor.judge import LLMJudge
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
 

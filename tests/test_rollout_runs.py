@@ -16,10 +16,10 @@ from rl_assets.assets.partitions import partitions_to_add, trial_partition_key
 from rl_assets.assets.rollout_batches import batch_members, batch_run_config
 from rl_assets.definitions import RECONSTRUCTABLE_JOBS, defs
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.run_tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.failure_watch import run_error
 from rl_assets.driver.planner import give_up_on_crashing, plan
-from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 from rl_assets_testkit.expectations import cli_args, oracle_expectation, table_of, train_json
 
 

@@ -22,8 +22,8 @@ from dagster._utils.test.data_versions import get_stale_status_resolver
 
 from rl_assets.definitions import defs
 from rl_assets.driver.rubric_observer import DATA_VERSION_TAG, OBSERVE_INTERVAL_S, last_observed_version
-from rl_assets.home import Home
-from rl_assets.services.daemon import LocalDaemon
+from rl_assets.home.layout import Home
+from rl_assets.home.services.daemon import LocalDaemon
 from rl_assets_testkit.expectations import cli_args, run_cli
 from rl_assets_testkit.kills import wait_for
 

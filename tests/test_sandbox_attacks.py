@@ -34,13 +34,13 @@ from rl_assets.domain.models import Rubric, Trajectory, Turn
 from rl_assets.domain.rubrics import BUILTIN_RUBRICS
 from rl_assets.domain.scoring import reward_of, simulated_judge
 from rl_assets.domain.world import world_secret
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
+from rl_assets.home.services.postgres import PostgresInfo
 from rl_assets.sandbox.launcher import REFERENCE_AGENT, AgentProgram, SandboxTimeout, isolation, run_sandbox
 from rl_assets.sandbox.limits import CGROUP_ROOT, PREFIX, Limits
 from rl_assets.sandbox.protocol import RESULT_MARKER, SandboxRequest
-from rl_assets.services.postgres import PostgresInfo
 from rl_assets.stores.home_stores import Stores
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 
 SPEC = ExperimentConfig(name="attack").trials(0)[0]
 HOSTILE = Path(__file__).parent / "hostile" / "attacks.py"

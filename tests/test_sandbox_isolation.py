@@ -25,7 +25,7 @@ from rl_assets.sandbox.launcher import (
 )
 from rl_assets.sandbox.protocol import SandboxFault, SandboxRequest
 from rl_assets.sandbox.runner import ForkTools
-from rl_assets.worlds import LocalWorlds, WorldTamperedError, tree_hash
+from rl_assets.worlds.local import LocalWorlds, WorldTamperedError, tree_hash
 
 CONFIG = ExperimentConfig(name="iso", max_turns=8)
 SPEC = CONFIG.trials(0)[0]

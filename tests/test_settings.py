@@ -1,7 +1,7 @@
 """The environment variables are one pydantic-settings model, and the only place the package reads its own.
 
 Each variable a module used to read itself (the home, the runtime folder, the container runtime, the Ray
-address, a pod's own name and uid) is now a field of :class:`rl_assets.settings.Settings`: a bad value is one
+address, a pod's own name and uid) is now a field of :class:`rl_assets.home.settings.Settings`: a bad value is one
 line naming the variable and the value, wherever it is read. A source scan keeps it that way.
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import rl_assets
-from rl_assets import settings as settings_module
-from rl_assets.home import Home, ensure_private_dir
-from rl_assets.settings import (
+from rl_assets.home import settings as settings_module
+from rl_assets.home.layout import Home, ensure_private_dir
+from rl_assets.home.settings import (
     ENV_VAR,
     HOME_ENV,
     POD_NAME_ENV,
@@ -146,7 +146,10 @@ def test_a_command_that_skips_the_upfront_check_still_refuses_a_bad_variable_in_
 
 def test_the_settings_load_without_dagster():
     """The CLI validates the environment before Dagster loads, so a refusal is quick."""
-    probe = "import sys, rl_assets.settings, rl_assets.home; print(' '.join({m.split('.')[0] for m in sys.modules}))"
+    probe = (
+        "import sys, rl_assets.home.settings, rl_assets.home.layout\n"
+        "print(' '.join({m.split('.')[0] for m in sys.modules}))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True).stdout
     loaded = set(out.split())
     assert "pydantic_settings" in loaded and not loaded & {"dagster", "ray"}
@@ -244,4 +247,4 @@ def test_no_module_reads_a_variable_of_ours_but_the_settings():
         relative = path.relative_to(PACKAGE.parent).as_posix()
         if reads:
             found[relative] = sorted(reads)
-    assert not found, f"read these through rl_assets.settings.Settings instead: {found}"
+    assert not found, f"read these through rl_assets.home.settings.Settings instead: {found}"

@@ -27,7 +27,7 @@ from rl_assets.sandbox.launcher import Isolation, isolation
 from rl_assets.sandbox.limits import CGROUP_ROOT, PREFIX, Limits
 from rl_assets.sandbox.protocol import ForkLayout
 from rl_assets.sandbox.task_shell import OUTPUT_BYTES, TaskSandboxUnavailable, TaskShell
-from rl_assets.worlds import LocalWorlds, tree_hash
+from rl_assets.worlds.local import LocalWorlds, tree_hash
 
 UNPRIVILEGED_PYTHON = "/usr/bin/python3.11"
 """The unprivileged caller's interpreter: root's pyenv under /root is not reachable by nobody."""

@@ -33,7 +33,7 @@ import json, shlex, shutil, subprocess, sys, tempfile
 from pathlib import Path
 from rl_assets.sandbox.limits import Limits
 from rl_assets.sandbox.task_shell import TaskShell
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 
 marker, quota_mib, hostile, attacks = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 root = Path(tempfile.mkdtemp(prefix=f"rl-assets-{marker}-home-", dir="/tmp"))

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.tasks.snapshot import TaskSetError, record_task_set, with_recorded_task_set
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
 URL = "http://127.0.0.1:9/v1"

@@ -14,8 +14,8 @@ from unittest import mock
 import dagster as dg
 
 from rl_assets.domain.transcript_markdown import MESSAGE_CHARS
-from rl_assets.home import Home
-from rl_assets.services.daemon import LocalDaemon
+from rl_assets.home.layout import Home
+from rl_assets.home.services.daemon import LocalDaemon
 from rl_assets_testkit.example_solutions import (
     JUDGE_MODEL,
     JUDGE_SCORES,

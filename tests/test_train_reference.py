@@ -9,7 +9,7 @@ import sys
 import dagster as dg
 import psutil
 
-from rl_assets.tags import EXPERIMENT_TAG
+from rl_assets.domain.run_tags import EXPERIMENT_TAG
 from rl_assets_testkit.expectations import run_cli, train_json
 from rl_assets_testkit.kills import wait_for
 

@@ -48,10 +48,10 @@ from system_components import executable, require_component
 
 from rl_assets.definitions import load_definitions
 from rl_assets.driver.launchpad import StartExperimentConfig
-from rl_assets.home import Home
-from rl_assets.services.dev_server import DevServer
-from rl_assets.services.processes import free_loopback_port
-from rl_assets.services.ui_auth import cookie_name, ensure_token, login_url
+from rl_assets.home.layout import Home
+from rl_assets.home.services.dev_server import DevServer
+from rl_assets.home.services.processes import free_loopback_port
+from rl_assets.home.services.ui_auth import cookie_name, ensure_token, login_url
 from rl_assets_testkit.expectations import train_json
 
 CHROMIUM = "/usr/bin/chromium"

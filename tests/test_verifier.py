@@ -30,7 +30,7 @@ from rl_assets.tasks.verifier import (
     VerifierTimeout,
     read_rewards,
 )
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 
 # -- reading the reward ----------------------------------------------------------------------------
 

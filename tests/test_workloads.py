@@ -17,7 +17,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Trajectory, Verdict
 from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.scoring import simulated_judge
-from rl_assets.faults import FaultySandbox
+from rl_assets.resources.faults import FaultySandbox
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.k8s_world_store import K8sWorldStoreResource
 from rl_assets.resources.world_store import WorldStoreResource

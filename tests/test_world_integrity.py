@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_assets.worlds import LocalWorlds, WorldTamperedError, tree_manifest
+from rl_assets.worlds.local import LocalWorlds, WorldTamperedError, tree_manifest
 
 MIB = 1 << 20
 

@@ -21,7 +21,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name, shown
 from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.runtime import Runtime
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
 from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
 if TYPE_CHECKING:  # the stores pull in the database driver: a refusal before any service starts stays quick
@@ -77,8 +77,8 @@ def check_kind(rubric: AnyRubric, config: ExperimentConfig, field: str = "rubric
 def check_named_keys(home: Home, config: ExperimentConfig) -> None:
     """Refuse a key the experiment names that the home does not hold (locally; on Kubernetes keys are Secrets,
     mounted by the pods, never read here)."""
-    from rl_assets.services.api_keys import ApiKeyError, ApiKeys
-    from rl_assets.settings import settings
+    from rl_assets.home.services.api_keys import ApiKeyError, ApiKeys
+    from rl_assets.home.settings import settings
 
     if settings().env != "local":
         return
@@ -95,7 +95,7 @@ def with_task_set(home: Home, config: ExperimentConfig) -> ExperimentConfig:
     if config.tasks is None:
         return config
     from rl_assets.containers.runtime import containers_available
-    from rl_assets.settings import settings
+    from rl_assets.home.settings import settings
     from rl_assets.tasks.snapshot import TaskSetError, with_recorded_task_set
 
     on_kubernetes = settings().env == "kubernetes"

@@ -7,7 +7,7 @@ are blocking: a failed one fails the step after the materialization is
 recorded, so nothing downstream in the same run (a backfill's weights after
 its rewards) trains on a record that broke an invariant. What each check
 decides is :mod:`rl_assets.domain.invariants`, on records gathered by
-:mod:`rl_assets.invariants`; ``rl-assets report`` runs the same decisions.
+:mod:`rl_assets.views.invariant_records`; ``rl-assets report`` runs the same decisions.
 
 A run of several weights partitions (a backfill's single run) reports one
 result per check for the whole chain: it passes if every step passes, and

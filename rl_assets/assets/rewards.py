@@ -20,16 +20,16 @@ from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.scoring import reward_of, task_reward
 from rl_assets.domain.transcript_markdown import MESSAGE_CHARS, capped
 from rl_assets.domain.transcripts import Usage
-from rl_assets.faults import FaultInjection, InjectedJudgeFault
-from rl_assets.home import Home
-from rl_assets.invariants import reward_findings
+from rl_assets.home.layout import Home
+from rl_assets.home.services.api_keys import home_api_keys
+from rl_assets.resources.faults import FaultInjection, InjectedJudgeFault
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import StoresResource
-from rl_assets.services.api_keys import home_api_keys
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.stores.verdicts import CorruptVerdictError
+from rl_assets.views.invariant_records import reward_findings
 from rl_assets.workloads.harbor.workload import task_judge
 from rl_assets.workloads.registry import workload_of
 from rl_assets.workloads.seams import Judge

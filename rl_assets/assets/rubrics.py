@@ -14,9 +14,9 @@ import dagster as dg
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.rubrics import AnyRubric
+from rl_assets.domain.run_tags import rubric_of
 from rl_assets.resources.stores import StoresResource
 from rl_assets.stores.home_stores import Stores
-from rl_assets.tags import rubric_of
 
 
 @dg.observable_source_asset(

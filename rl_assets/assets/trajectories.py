@@ -19,17 +19,17 @@ from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.models import Policy, Trajectory, TrialSpec
 from rl_assets.domain.runtime import Runtime
 from rl_assets.domain.transcript_markdown import transcript_markdown
-from rl_assets.faults import FaultInjection
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
+from rl_assets.home.services.api_keys import home_api_keys
+from rl_assets.home.services.policy_server import LocalPolicyServer
+from rl_assets.resources.faults import FaultInjection
 from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
-from rl_assets.services.api_keys import home_api_keys
-from rl_assets.services.policy_server import LocalPolicyServer
 from rl_assets.stores.artifacts import CorruptArtifactError
 from rl_assets.stores.home_stores import Stores
 from rl_assets.workloads.registry import workload_of
 from rl_assets.workloads.seams import Attempt, Environment
-from rl_assets.worlds import WorldTamperedError
+from rl_assets.worlds.local import WorldTamperedError
 
 
 @dg.asset(

@@ -20,13 +20,13 @@ from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
 from rl_assets.domain.language_model import LanguageModelPolicy
 from rl_assets.domain.models import Reward, TrialSpec
 from rl_assets.domain.waiting import Waiting
-from rl_assets.invariants import step_findings
 from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.trainer import TrainerResource
 from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
 from rl_assets.stores.training import StepSummary
 from rl_assets.trainer.batches import DamagedRecordError, UnsettledTrialError, step_batch
+from rl_assets.views.invariant_records import step_findings
 
 BACKFILL_WAIT_S = 3600.0
 """How long a backfill's weights run waits for an earlier step's rewards to be judged."""

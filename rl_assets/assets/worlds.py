@@ -4,9 +4,9 @@ import dagster as dg
 
 from rl_assets.assets.checks import WORLD_CHECKS, check_results
 from rl_assets.assets.partitions import WORLD
-from rl_assets.invariants import world_findings
 from rl_assets.resources.stores import StoresResource
 from rl_assets.resources.world_store import WorldStoreResource
+from rl_assets.views.invariant_records import world_findings
 
 
 @dg.asset(

@@ -33,7 +33,7 @@ from rl_assets.domain.experiment import ExperimentConfig, is_derived
 from rl_assets.domain.names import check_experiment_name, check_rubric_name, shown
 from rl_assets.domain.rubrics import describe
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
-from rl_assets.home import Home, HomeError
+from rl_assets.home.layout import Home, HomeError
 from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
 MAX_DRIVER_ATTEMPTS = 3
@@ -130,7 +130,7 @@ def _config_from_args(args: argparse.Namespace) -> tuple[ExperimentConfig, Runti
 
 def _check_environment() -> None:
     """The environment variables every process of this command will read, validated before any work."""
-    from rl_assets.settings import BadEnvironmentError, settings
+    from rl_assets.home.settings import BadEnvironmentError, settings
 
     try:
         settings()
@@ -160,7 +160,7 @@ def _preflight(checks) -> None:
 
 
 def _open(home: Home, with_ray: bool = True):
-    from rl_assets.services.local_deployment import LocalDeployment
+    from rl_assets.home.services.local_deployment import LocalDeployment
     from rl_assets.stores.database import Database
     from rl_assets.stores.home_stores import Stores
 
@@ -194,10 +194,10 @@ def _follow(
     from rl_assets.driver.audit import audit
     from rl_assets.driver.failure_watch import Failure, FailureWatch, last_failure
     from rl_assets.driver.planner import plan, stuck_units
-    from rl_assets.driver.pooled_storage import OUTAGE_ERRORS
-    from rl_assets.services.daemon import LocalDaemon
+    from rl_assets.home.services.daemon import LocalDaemon
+    from rl_assets.instance.pooled_storage import OUTAGE_ERRORS
     from rl_assets.stores.locks import SessionLock, driver_lock
-    from rl_assets.worlds import LocalWorlds
+    from rl_assets.worlds.local import LocalWorlds
 
     with stores.db.transaction() as cur:
         lock = SessionLock(stores.db.info, driver_lock(cur, config.name))
@@ -323,7 +323,7 @@ CALLER_KEYS = (
 def _refuse_caller_keys(config: ExperimentConfig) -> None:
     """Refuse, before anything starts, a key left in this shell's environment: the runs never see it (the home's
     services drop every credential they inherit). The keys an experiment names are the application's check."""
-    from rl_assets.settings import settings
+    from rl_assets.home.settings import settings
 
     if settings().env != "local":
         return  # keys are Kubernetes Secrets there
@@ -439,7 +439,7 @@ def cmd_rubrics(args: argparse.Namespace) -> int:
 
 def cmd_keys(args: argparse.Namespace) -> int:
     """The home's API keys: stored from stdin or a variable, listed by name, removed; never printed."""
-    from rl_assets.services.api_keys import ApiKeyError, ApiKeys, check_key_name
+    from rl_assets.home.services.api_keys import ApiKeyError, ApiKeys, check_key_name
 
     home = Home.resolve(args.home)
     keys = ApiKeys(home)
@@ -583,8 +583,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from rl_assets.cli.preflight import check_port, for_home
-    from rl_assets.services.daemon import LocalDaemon
-    from rl_assets.services.dev_server import DevServer
+    from rl_assets.home.services.daemon import LocalDaemon
+    from rl_assets.home.services.dev_server import DevServer
 
     home = Home.resolve(args.home)
     _preflight([*for_home(home), lambda: check_port(args.host, args.port)])
@@ -609,7 +609,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     from rl_assets.containers.runtime import container_runtime, containers_available
     from rl_assets.containers.sessions import reap
-    from rl_assets.services.local_deployment import LocalDeployment
+    from rl_assets.home.services.local_deployment import LocalDeployment
 
     home = Home.resolve(args.home)
     stopped = LocalDeployment(home).down()

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from rl_assets.home import Home
+from rl_assets.domain.run_tags import EXPERIMENT_TAG
+from rl_assets.home.layout import Home
 from rl_assets.stores.event_compaction import EventCompaction
-from rl_assets.tags import EXPERIMENT_TAG
 
 PAGE = 500
 """Runs a batch: one DELETE and one page of run ids at a time."""

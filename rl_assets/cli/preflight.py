@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rl_assets.home import Home, HomeError
+from rl_assets.home.layout import Home, HomeError
+from rl_assets.home.services.postgres import EmbeddedPostgres
 from rl_assets.sandbox import seccomp
 from rl_assets.sandbox.bubblewrap import INSTALL, SandboxUnavailable
 from rl_assets.sandbox.launcher import isolation
-from rl_assets.services.postgres import EmbeddedPostgres
 
 MIN_FREE_BYTES = 1 << 30
 """Free disk a home needs to start: Postgres's data directory, Ray's session files, the first worlds and forks."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rl_assets.containers.runtime import PROCESS_LIMITS, ContainerCommandError, ContainerRuntime, tail
-from rl_assets.home import ensure_private_dir
+from rl_assets.home.layout import ensure_private_dir
 from rl_assets.tasks.compose import Sidecar, load_compose
 from rl_assets.tasks.task import Task
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rl_assets.settings import RUNTIME_ENV, settings
+from rl_assets.home.settings import RUNTIME_ENV, settings
 
 INSTALL_HINT = "install Podman (Debian/Ubuntu: apt-get install podman runc; Fedora: dnf install podman)"
 PROCESS_LIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")

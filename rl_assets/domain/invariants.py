@@ -2,7 +2,7 @@
 
 Each function decides one check from the records it is given and says why
 it passed or failed; gathering the records (from the ledgers and artifact
-files) is :mod:`rl_assets.invariants`, and showing the outcome is Dagster's
+files) is :mod:`rl_assets.views.invariant_records`, and showing the outcome is Dagster's
 asset checks (:mod:`rl_assets.assets.checks`) and ``rl-assets report``. One
 decision serves both, so the UI and the report cannot disagree.
 """

@@ -32,7 +32,7 @@ from rl_assets.driver.planner import materialized_partitions
 from rl_assets.stores.damage import Damage, DamageKind
 from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.quarantine import read_or_quarantine
-from rl_assets.worlds import LocalWorlds, WorldTamperedError
+from rl_assets.worlds.local import LocalWorlds, WorldTamperedError
 
 
 def _trial_key(config: ExperimentConfig, trial_id: str) -> str:

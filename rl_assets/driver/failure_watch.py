@@ -21,7 +21,7 @@ from typing import Any
 import dagster as dg
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG
+from rl_assets.domain.run_tags import EXPERIMENT_TAG, PARTITION_TAG
 
 DRIVER_SENSORS = ("driver_sensor", "training_sensor")
 REPEATS = 2

@@ -24,7 +24,7 @@ from rl_assets.application.launchpad_rules import LaunchpadRules, LaunchRefused
 from rl_assets.domain.experiment import ExperimentConfig, is_derived
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
 from rl_assets.driver.planner import plan
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
 from rl_assets.resources.stores import StoresResource
 
 LAUNCHPAD_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {

@@ -26,8 +26,8 @@ from dagster import DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.assets.rollout_batches import batch_members
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
+from rl_assets.domain.run_tags import EXPERIMENT_TAG, PARTITION_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 from rl_assets.stores.home_stores import Stores
-from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 
 ACTIVE_STATUSES = {
     DagsterRunStatus.NOT_STARTED,

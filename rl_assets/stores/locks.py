@@ -37,7 +37,7 @@ import psycopg2
 import psycopg2.extensions
 
 from rl_assets.domain.waiting import Waiting
-from rl_assets.services.postgres import PostgresInfo
+from rl_assets.home.services.postgres import PostgresInfo
 
 LOST_CONNECTION = (psycopg2.OperationalError, psycopg2.InterfaceError)
 POLL_S = 0.05

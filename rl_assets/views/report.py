@@ -8,7 +8,7 @@ its late answer used, timeout, error, process died) and every extra call with
 its cause. The learning table is read from the steps' summaries and the
 counts are counted in Postgres, so a report costs the same at a million trials
 as at ten. ``--audit`` adds the invariants, checked as the UI's asset checks
-check them (:mod:`rl_assets.invariants`), on every recorded unit: that reads
+check them (:mod:`rl_assets.views.invariant_records`), on every recorded unit: that reads
 every record of the experiment, and finds what was damaged since it was written.
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.invariants import INVARIANTS
-from rl_assets.home import Home
-from rl_assets.invariants import experiment_checks
+from rl_assets.home.layout import Home
 from rl_assets.stores.home_stores import Stores
+from rl_assets.views.invariant_records import experiment_checks
 from rl_assets.views.results import experiment_result, format_table
-from rl_assets.worlds import LocalWorlds
+from rl_assets.worlds.local import LocalWorlds
 
 JUDGING_FAILURES = ("judge: ", "check: ")
 """The kinds of failure (``rl_trial_failures.phase``) that happen in judging; the others (``generate``, ``run``) in

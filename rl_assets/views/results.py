@@ -15,7 +15,7 @@ from rl_assets.domain.models import Policy, Reward, StepResult, Trajectory
 from rl_assets.domain.task_totals import summed, task_of
 from rl_assets.domain.transcript_markdown import transcript_markdown
 from rl_assets.domain.transcripts import Usage
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
 from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.model_calls import ModelUsage
 from rl_assets.stores.training import AppliedStep, StepSummary

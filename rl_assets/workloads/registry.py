@@ -1,7 +1,7 @@
 """Workloads: named bundles of an agent, a judge and a trainer, chosen by ``ExperimentConfig.workload``.
 
 The environment is not part of the bundle: it is chosen by the deployment
-(local sandbox or Kubernetes, see :mod:`rl_assets.deployment`), and every
+(local sandbox or Kubernetes, see :mod:`rl_assets.driver.deployment`), and every
 workload runs on either. A workload is looked up by name in each process that
 needs it (step workers, the trainer actor), so a workload must be registered
 at import time of a module every such process imports; the reference workload

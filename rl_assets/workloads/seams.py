@@ -27,8 +27,8 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward, Trajectory, TrialSpec, Verdict, VerifierOutcome
 from rl_assets.domain.rubrics import AnyRubric
 from rl_assets.domain.transcripts import Usage
+from rl_assets.home.services.policy_server import PolicyAddress
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout, SandboxRequest
-from rl_assets.services.policy_server import PolicyAddress
 from rl_assets.stores.artifacts import ArtifactStore
 from rl_assets.stores.trials import TrialRecords
 from rl_assets.tasks.task import Task
@@ -174,7 +174,7 @@ class Environment:
     """What an agent's trial runs against: the sealed worlds, and the sandbox its attempts run in.
 
     Two parts, not one object, so each is wrapped or replaced on its own: injected faults
-    (:mod:`rl_assets.faults`) wrap only the sandbox. A deployment provides both from one
+    (:mod:`rl_assets.resources.faults`) wrap only the sandbox. A deployment provides both from one
     resource, because a sandbox forks its own store's seals:
     :class:`~rl_assets.resources.world_store.WorldStoreResource` (bubblewrap, overlay or
     copy forks) and :class:`~rl_assets.resources.k8s_world_store.K8sWorldStoreResource`

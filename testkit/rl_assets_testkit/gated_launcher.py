@@ -2,7 +2,7 @@
 
 A race test uses it to catch a launcher's death at the worst moment: the worker exists and has tagged its run,
 its launcher is SIGKILLed, and the run must still be seen alive. It is the shipped
-:class:`~rl_assets.driver.run_launcher.WarmRunLauncher` with one step added to its worker (through the worker's
+:class:`~rl_assets.instance.run_launcher.WarmRunLauncher` with one step added to its worker (through the worker's
 ``after_tagging`` seam), named by an instance configuration of the test's own (:func:`gated_instance`), never by
 the home's ``dagster.yaml``: the rl-assets wheel ships no test hook.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import dagster as dg
 import yaml
 
-from rl_assets.driver.run_launcher import WarmRunLauncher
+from rl_assets.instance.run_launcher import WarmRunLauncher
 
 GATED_CONFIG = "dagster-gated.yaml"
 """The gated instance's configuration, beside the home's ``dagster.yaml`` (so its storage directories are the

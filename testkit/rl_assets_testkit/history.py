@@ -23,8 +23,8 @@ import dagster as dg
 
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD, trial_partition_key
 from rl_assets.domain.experiment import ExperimentConfig, parse_step_key
+from rl_assets.domain.run_tags import EXPERIMENT_TAG, KIND_TAG, PARTITION_TAG, RUBRIC_TAG
 from rl_assets.stores.home_stores import Stores
-from rl_assets.tags import EXPERIMENT_TAG, KIND_TAG, PARTITION_TAG, RUBRIC_TAG
 from rl_assets.workloads.registry import workload_of
 from rl_assets_testkit.bulk_history import BulkHistory, RunRow
 

@@ -38,14 +38,14 @@ from dagster import DagsterInstance, DagsterRun, RunsFilter
 from rl_assets.assets.partitions import trial_partition_key
 from rl_assets.assets.rollout_batches import batch_members
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.run_tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
 from rl_assets.domain.waiting import Waiting
 from rl_assets.driver.planner import ACTIVE_STATUSES
-from rl_assets.home import Home
-from rl_assets.services.daemon import LocalDaemon
-from rl_assets.services.processes import identity_alive, processes_mentioning
-from rl_assets.services.ray_head import LocalRayHead
+from rl_assets.home.layout import Home
+from rl_assets.home.services.daemon import LocalDaemon
+from rl_assets.home.services.processes import identity_alive, processes_mentioning
+from rl_assets.home.services.ray_head import LocalRayHead
 from rl_assets.stores.database import Database
-from rl_assets.tags import EXPERIMENT_TAG, PARTITION_TAG, WORKER_PID_TAG
 
 DEADLINE_S = 300.0
 """Longest wait for a durable state; far above any state's normal arrival, so only a real hang trips it."""

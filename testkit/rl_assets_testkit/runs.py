@@ -3,7 +3,7 @@
 Experiments are driven by the daemon's driver sensor; this is the same
 launch without the sensor and the queue: the run is created in the instance
 from the job's in-process definition, then launched through the instance's
-run launcher (:class:`~rl_assets.driver.run_launcher.WarmRunLauncher`, which
+run launcher (:class:`~rl_assets.instance.run_launcher.WarmRunLauncher`, which
 needs no workspace), so its worker is the one every run gets.
 """
 

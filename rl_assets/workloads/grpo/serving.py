@@ -263,8 +263,8 @@ class PolicyHTTPServer(ThreadingHTTPServer):
 
 
 def main() -> None:
-    from rl_assets.home import Home
-    from rl_assets.services.policy_server import policy_key
+    from rl_assets.home.layout import Home
+    from rl_assets.home.services.policy_server import policy_key
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", required=True)

@@ -3,7 +3,7 @@
 A service (the daemon, the UI, the policy server) outlives the command that
 started it and serves every later one, so whatever it inherits is shared by
 experiments that never chose it. API keys are the experiments' own, read from
-the home when used (:mod:`rl_assets.services.api_keys`); the caller's are
+the home when used (:mod:`rl_assets.home.services.api_keys`); the caller's are
 dropped here, so no run can use a key left behind by whoever started the
 daemon. The home's own connection settings (``DAGSTER_PG_*``) are kept: every
 process of the home needs them.
@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from rl_assets.home import Home
+from rl_assets.home.layout import Home
 
 CALLER_CREDENTIAL = re.compile(r"API_KEY|ACCESS_KEY|SECRET|(^|_)TOKEN$")
 """Variables that hold a caller's credentials for some API (``OPENAI_API_KEY``, ``HF_TOKEN``, ...)."""

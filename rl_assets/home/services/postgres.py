@@ -27,9 +27,9 @@ from typing import Any
 import psycopg2
 
 from rl_assets.domain.waiting import Waiting
-from rl_assets.home import Home, HomeError
-from rl_assets.services.private_files import ensure_secret, read_secret, write_secret
-from rl_assets.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
+from rl_assets.home.layout import Home, HomeError
+from rl_assets.home.services.private_files import ensure_secret, read_secret, write_secret
+from rl_assets.home.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
 
 DATABASE = "rl_assets"
 SUPERUSER = "postgres"

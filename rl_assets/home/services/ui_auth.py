@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from rl_assets.home import Home, HomeError
-from rl_assets.services.private_files import ensure_secret, read_secret
+from rl_assets.home.layout import Home, HomeError
+from rl_assets.home.services.private_files import ensure_secret, read_secret
 
 TOKEN_FILE = "ui.token"
 TOKEN_PARAM = "token"

@@ -6,7 +6,7 @@ caller's, for every experiment, until a restart. Instead an experiment names its
 key (``--policy-key-name``, ``--judge-key-name``), and the worker reads the file
 each time it opens a client, so replacing a key takes effect on the next trial
 with nothing restarted. Files are created exclusively, never through a link,
-and refused unless they are the owner's alone (:mod:`rl_assets.services.private_files`).
+and refused unless they are the owner's alone (:mod:`rl_assets.home.services.private_files`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rl_assets.domain.names import API_KEY_NAME_PATTERN, InvalidNameError, check_api_key_name
-from rl_assets.home import Home, ensure_private_dir
-from rl_assets.services.private_files import read_secret, write_secret
-from rl_assets.settings import settings
+from rl_assets.home.layout import Home, ensure_private_dir
+from rl_assets.home.services.private_files import read_secret, write_secret
+from rl_assets.home.settings import settings
 
 MAX_KEY_BYTES = 4096
 

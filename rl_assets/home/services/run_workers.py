@@ -3,7 +3,7 @@
 A run worker leads a session of its own (so a run outlives the driver or
 daemon that launched it), which puts it outside every service's session.
 Each worker records its ``pid@start-time`` in the home's ``services/workers/``
-while it runs (:mod:`rl_assets.driver.run_worker`), and :func:`end_run_workers`
+while it runs (:mod:`rl_assets.instance.run_worker`), and :func:`end_run_workers`
 ends the sessions of those still alive, sandboxes included.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rl_assets.home import Home, ensure_private_dir
-from rl_assets.services.processes import Session, identity_alive
+from rl_assets.home.layout import Home, ensure_private_dir
+from rl_assets.home.services.processes import Session, identity_alive
 
 
 def worker_file(home: Home, run_id: str) -> Path:

@@ -1,14 +1,14 @@
 """``rl-assets dev``: the Dagster UI of a home, for its owner only, under a supervisor that ends it.
 
 The UI is Dagster's webserver app on the home's workspace, served by
-:mod:`rl_assets.services.ui_webserver` behind the home's UI token
-(:mod:`rl_assets.services.ui_auth`): every HTTP request and websocket upgrade
+:mod:`rl_assets.home.services.ui_webserver` behind the home's UI token
+(:mod:`rl_assets.home.services.ui_auth`): every HTTP request and websocket upgrade
 without the token (or the cookie the login URL sets) is refused before Dagster
 sees it, so another local user cannot launch runs with the owner's keys. The
 login URL is printed on stderr; the token file stays, so a bookmark keeps working.
 
 The daemon that drives experiments and launches the UI's runs is the home's own
-(:mod:`rl_assets.services.daemon`), not a second one: two daemons would each
+(:mod:`rl_assets.home.services.daemon`), not a second one: two daemons would each
 run the driver sensor. The webserver alone does not stop its code servers on
 SIGTERM, so the CLI does not exec it: it runs it as the leader of a new
 session (recorded in ``services/dev.session``) and waits. On SIGTERM, SIGINT
@@ -31,11 +31,11 @@ import sys
 import time
 from types import FrameType
 
-from rl_assets.home import Home, HomeError
-from rl_assets.services.daemon import LocalDaemon
-from rl_assets.services.processes import Session, wait_ports_closed
-from rl_assets.services.service_environment import service_environment
-from rl_assets.services.ui_auth import ensure_token, login_url, token_path
+from rl_assets.home.layout import Home, HomeError
+from rl_assets.home.services.daemon import LocalDaemon
+from rl_assets.home.services.processes import Session, wait_ports_closed
+from rl_assets.home.services.service_environment import service_environment
+from rl_assets.home.services.ui_auth import ensure_token, login_url, token_path
 
 GRACE_S = 10.0
 """How long the webserver gets to shut down by itself before its session is ended."""
@@ -65,7 +65,7 @@ class DevServer:
 
         previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
         workspace = LocalDaemon(self.home).write_workspace()
-        cmd = [sys.executable, "-m", "rl_assets.services.ui_webserver", "--workspace", str(workspace)]
+        cmd = [sys.executable, "-m", "rl_assets.home.services.ui_webserver", "--workspace", str(workspace)]
         cmd += ["--host", host, "--port", str(port), "--token-file", str(token_path(self.home))]
         print(f"Dagster UI for home {self.home.root}, for whoever has its token; log in at:", file=sys.stderr)
         print(f"    {login_url(host, port, token)}", file=sys.stderr)

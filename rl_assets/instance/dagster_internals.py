@@ -34,7 +34,7 @@ try:
 except ImportError as err:  # pragma: no cover - only on a Dagster outside SUPPORTED_DAGSTER
     raise ImportError(
         f"rl-assets' run launcher needs Dagster {SUPPORTED_DAGSTER}; Dagster {dg.__version__} no longer has "
-        f"{err.name or err}: see rl_assets/driver/dagster_internals.py"
+        f"{err.name or err}: see rl_assets/instance/dagster_internals.py"
     ) from err
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The process ``rl-assets dev`` runs: Dagster's webserver app, behind :class:`~rl_assets.services.ui_auth.TokenGate`.
+"""The process ``rl-assets dev`` runs: Dagster's webserver app, behind :class:`~.ui_auth.TokenGate`.
 
 What ``dagster-webserver -w WORKSPACE -h HOST -p PORT`` does (the instance, tuned for a long-running server;
 the workspace's process context, which starts and ends the code servers; Dagster's Starlette app served by
@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from types import FrameType
 
-from rl_assets.services.ui_auth import TokenGate, read_token
+from rl_assets.home.services.ui_auth import TokenGate, read_token
 
 LOGGER = "dagster.rl_assets_dev"
 """Under the logger dagster configures (its colored lines on stderr), like the webserver's own."""
@@ -76,7 +76,7 @@ def serve(workspace: Path, host: str, port: int, token: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rl_assets.services.ui_webserver")
+    parser = argparse.ArgumentParser(prog="python -m rl_assets.home.services.ui_webserver")
     parser.add_argument("--workspace", type=Path, required=True)
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True)

@@ -12,7 +12,7 @@
 Judging and training read the rubric from the run's ``rl/rubric`` tag (the
 experiment's own rubric when absent), so a re-scoring, whether launched by
 the driver or as a backfill from the UI, is the same assets under a tag.
-Where their steps run is the environment's choice (:mod:`rl_assets.deployment`).
+Where their steps run is the environment's choice (:mod:`rl_assets.driver.deployment`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from rl_assets.assets.task_images import task_images
 from rl_assets.assets.trajectories import trajectories
 from rl_assets.assets.weights import weights
 from rl_assets.assets.worlds import worlds
-from rl_assets.deployment import unit_executor
-from rl_assets.tags import KIND_TAG
+from rl_assets.domain.run_tags import KIND_TAG
+from rl_assets.driver.deployment import unit_executor
 
 world_job = dg.define_asset_job(
     "world_job",

@@ -15,7 +15,7 @@ from typing import Any
 
 import dagster as dg
 
-from rl_assets.settings import (
+from rl_assets.home.settings import (
     ENV_VAR,
     HOME_ENV,
     IMAGE_ENV,
@@ -27,7 +27,7 @@ from rl_assets.settings import (
     settings,
 )
 
-__all__ = [  # the variables' names live in rl_assets.settings; these two are re-exported for callers of this module
+__all__ = [  # the variables' names live in rl_assets.home.settings; these two are re-exported for its callers
     "ENV_VAR",
     "JUDGE_RATE_ENV",
     "current",
@@ -75,7 +75,7 @@ def resources() -> dict[str, Any]:
 
     rate = judge_max_calls_per_minute()
     # Dagster resolves an EnvVar in the run's own process, and its UI shows which variable configures each
-    # resource; the variables themselves, their defaults and their checks are rl_assets.settings'.
+    # resource; the variables themselves, their defaults and their checks are rl_assets.home.settings'.
     common = {
         "stores": StoresResource(home=dg.EnvVar(HOME_ENV)),
         "trainer": TrainerResource(ray_address=dg.EnvVar(RAY_ADDRESS_ENV), namespace=dg.EnvVar(RAY_NAMESPACE_ENV)),

@@ -17,10 +17,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from rl_assets.home import Home, HomeError
-from rl_assets.services.private_files import ensure_secret
-from rl_assets.services.processes import Session, file_lock
-from rl_assets.services.service_environment import service_environment
+from rl_assets.home.layout import Home, HomeError
+from rl_assets.home.services.private_files import ensure_secret
+from rl_assets.home.services.processes import Session, file_lock
+from rl_assets.home.services.service_environment import service_environment
 
 START_TIMEOUT_S = 120.0
 """How long the server may take to import torch and bind its port (a loaded 2-core machine is slow)."""

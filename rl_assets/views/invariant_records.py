@@ -36,7 +36,7 @@ from rl_assets.stores.home_stores import Stores
 from rl_assets.stores.verdicts import CorruptVerdictError, verdict_key
 from rl_assets.trainer.batches import DamagedRecordError, UnsettledTrialError, recorded_batch
 from rl_assets.workloads.registry import workload_of
-from rl_assets.worlds import LocalWorlds, WorldTamperedError
+from rl_assets.worlds.local import LocalWorlds, WorldTamperedError
 
 Findings = dict[str, Finding]
 """Check name -> its finding, for one unit."""

@@ -5,11 +5,11 @@ lazily), so a forked worker would pay for loading them (0.6 s) on every run;
 the forkserver imports this module instead, and every worker forked from it
 starts with the definitions built. The same goes for the run and event-log
 storages each worker's instance is built with (dagster-postgres, named in
-``dagster.yaml`` through :mod:`rl_assets.driver.pooled_storage`): 0.3 s a run
+``dagster.yaml`` through :mod:`rl_assets.instance.pooled_storage`): 0.3 s a run
 when a worker imports them itself.
 """
 
-import rl_assets.driver.pooled_storage  # noqa: F401  (imported for the forkserver, see above)
+import rl_assets.instance.pooled_storage  # noqa: F401  (imported for the forkserver, see above)
 from rl_assets.definitions import load_definitions
 
 load_definitions()

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from rl_assets.domain.waiting import Waiting
-from rl_assets.home import Home
-from rl_assets.services.private_files import ensure_secret
-from rl_assets.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
+from rl_assets.home.layout import Home
+from rl_assets.home.services.private_files import ensure_secret
+from rl_assets.home.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
 
 START_ATTEMPTS = 2
 _SECRET_NAME = re.compile(r"PASSWORD|SECRET|API_KEY|^DAGSTER_PG_")

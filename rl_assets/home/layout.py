@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rl_assets.settings import HOME_ENV, RUNTIME_BASE_ENV, settings
+from rl_assets.home.settings import HOME_ENV, RUNTIME_BASE_ENV, settings
 
 
 class HomeError(Exception):
@@ -108,7 +108,7 @@ class Home:
 
     @property
     def secrets(self) -> Path:
-        """API keys the experiments name, one 0600 file each (:mod:`rl_assets.services.api_keys`)."""
+        """API keys the experiments name, one 0600 file each (:mod:`rl_assets.home.services.api_keys`)."""
         return self.root / "secrets"
 
     @property

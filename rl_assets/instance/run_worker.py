@@ -1,12 +1,12 @@
-"""One run's worker, forked by :class:`~rl_assets.driver.run_launcher.WarmRunLauncher`.
+"""One run's worker, forked by :class:`~rl_assets.instance.run_launcher.WarmRunLauncher`.
 
 Before doing any work the worker tags the run with its own ``pid@start-time``
-(:data:`~rl_assets.tags.WORKER_PID_TAG`), so the run's liveness is known
+(:data:`~rl_assets.domain.run_tags.WORKER_PID_TAG`), so the run's liveness is known
 from the worker's first moment, whatever happens to the daemon that launched
 it. It then executes the run exactly as Dagster's own launchers do in a pod
 or a container, with ``dagster api execute_run``, here run in-process in the
 warm worker instead of a fresh interpreter (its argument is built in
-:mod:`rl_assets.driver.dagster_internals`). A run that is no longer starting
+:mod:`rl_assets.instance.dagster_internals`). A run that is no longer starting
 (failed by run monitoring before this worker claimed it) is not executed.
 """
 
@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 from dagster import DagsterInstance, DagsterRunStatus
 
-from rl_assets.driver.dagster_internals import execute_run_argv
-from rl_assets.home import Home
-from rl_assets.services.processes import process_identity
-from rl_assets.services.run_workers import worker_file
-from rl_assets.tags import WORKER_PID_TAG
+from rl_assets.domain.run_tags import WORKER_PID_TAG
+from rl_assets.home.layout import Home
+from rl_assets.home.services.processes import process_identity
+from rl_assets.home.services.run_workers import worker_file
+from rl_assets.instance.dagster_internals import execute_run_argv
 
 CLAIMABLE = (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING)
 

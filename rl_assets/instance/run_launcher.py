@@ -7,7 +7,7 @@ fresh interpreter per run, which imports Dagster and the definitions again
 (seconds per run, most of a short trial); this launcher forks each run's
 worker from a forkserver that imported them once. Each worker runs in a
 session of its own, so it outlives the daemon, and it tags the run with its
-``pid@start-time`` before anything else (:mod:`rl_assets.driver.run_worker`).
+``pid@start-time`` before anything else (:mod:`rl_assets.instance.run_worker`).
 That tag is what :meth:`WarmRunLauncher.check_run_worker_health` reads, so
 Dagster's run monitoring fails the run of a dead worker and run retries
 launch it again: no reaper of our own.
@@ -16,7 +16,7 @@ It is a ``dagster.DefaultRunLauncher`` (Dagster's public launcher class, for
 its configuration plumbing) that overrides every method that launches, ends
 or checks a run. What Dagster exports under no public name (the health
 result types, the ``execute_run`` argument) comes from
-:mod:`rl_assets.driver.dagster_internals`, the one module that touches
+:mod:`rl_assets.instance.dagster_internals`, the one module that touches
 Dagster's internals.
 """
 
@@ -32,12 +32,12 @@ from typing import Any
 
 import dagster as dg
 
-from rl_assets.driver.dagster_internals import CheckRunHealthResult, LaunchRunContext, WorkerStatus, launcher_instance
-from rl_assets.home import Home
-from rl_assets.services.processes import identity_alive
-from rl_assets.tags import WORKER_PID_TAG
+from rl_assets.domain.run_tags import WORKER_PID_TAG
+from rl_assets.home.layout import Home
+from rl_assets.home.services.processes import identity_alive
+from rl_assets.instance.dagster_internals import CheckRunHealthResult, LaunchRunContext, WorkerStatus, launcher_instance
 
-PRELOAD = ["rl_assets.driver.run_worker", "rl_assets.driver.warm"]
+PRELOAD = ["rl_assets.instance.run_worker", "rl_assets.instance.warm"]
 """What the forkserver imports once, so a worker starts with Dagster and the definitions loaded."""
 
 
@@ -61,7 +61,7 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
     def worker(self, run_id: str, log_path: str) -> tuple[Callable[..., None], tuple[Any, ...]]:
         """The forked worker's entry point and its arguments: a subclass may give the worker more to do (the test
         kit's holds it between tagging its run and claiming it)."""
-        from rl_assets.driver.run_worker import run_in_child
+        from rl_assets.instance.run_worker import run_in_child
 
         return run_in_child, (run_id, log_path)
 
