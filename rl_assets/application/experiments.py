@@ -21,6 +21,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.names import InvalidNameError, check_experiment_name, check_rubric_name, shown
 from rl_assets.domain.rubrics import AnyRubric, kind_problem
 from rl_assets.domain.runtime import Runtime
+from rl_assets.domain.validation import in_words
 from rl_assets.home.layout import Home
 from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
@@ -207,5 +208,5 @@ def _record(stores: Stores, config: ExperimentConfig, runtime: Runtime, forked_f
 
 
 def _message(error: dict) -> str:
-    message = str(error["msg"]).removeprefix("Value error, ")
+    message = in_words(error)
     return f"{message} (got {shown(error.get('input'))})" if error["loc"] else message

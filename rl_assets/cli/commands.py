@@ -33,13 +33,16 @@ from rl_assets.domain.experiment import ExperimentConfig, is_derived
 from rl_assets.domain.names import check_experiment_name, check_rubric_name, shown
 from rl_assets.domain.rubrics import describe
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
+from rl_assets.domain.validation import in_words
+from rl_assets.domain.waiting import Waiting
 from rl_assets.home.layout import Home, HomeError
 from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
 MAX_DRIVER_ATTEMPTS = 3
 """Daemon starts a following command makes before it gives up."""
 FOLLOW_POLL_S = 0.5
-DB_OUTAGE_TIMEOUT_S = 180.0
+DB_OUTAGE = Waiting(timeout_s=180.0, interval_s=1.0)
+"""How long a following command waits out a database restart, and how often it looks again."""
 EXIT_USAGE = 2
 
 
@@ -86,7 +89,7 @@ def _validated(model: type[BaseModel], args: argparse.Namespace) -> Any:
 
 def _problem(model: type[BaseModel], err: ValidationError) -> str:
     first = err.errors()[0]
-    message = first["msg"].removeprefix("Value error, ")
+    message = in_words(first)
     if not first["loc"]:  # a rule across fields; its message names them
         return message
     flag = FLAG_OF[(model, str(first["loc"][0]))]
@@ -207,7 +210,7 @@ def _follow(
     rubric_name = rubric or config.rubric
 
     def current(instance):
-        deadline = time.monotonic() + DB_OUTAGE_TIMEOUT_S
+        deadline = DB_OUTAGE.deadline()
         while True:
             try:
                 if not lock.hold():
@@ -218,10 +221,10 @@ def _follow(
                     stores.progress.note(config.name, p.config.rubric, p.describe(), True, observed_at)
                 return p
             except OUTAGE_ERRORS:
-                if time.monotonic() > deadline:
+                if deadline.expired():
                     raise
                 progress.note(f"{config.name}: the database is unavailable; waiting for it")
-                time.sleep(1.0)
+                deadline.sleep()
 
     def stop(reason: str, log: Path) -> NoReturn:
         """End the command on a failure that will repeat; ``status`` shows the reason until the driver moves on."""

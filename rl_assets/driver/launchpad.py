@@ -23,6 +23,7 @@ from rl_assets.application.experiments import Refused
 from rl_assets.application.launchpad_rules import LaunchpadRules, LaunchRefused
 from rl_assets.domain.experiment import ExperimentConfig, is_derived
 from rl_assets.domain.runtime import ExecutionSettings, FaultConfig, Runtime
+from rl_assets.domain.validation import in_words
 from rl_assets.driver.planner import plan
 from rl_assets.home.layout import Home
 from rl_assets.resources.stores import StoresResource
@@ -79,7 +80,7 @@ def _built(model: type[BaseModel], values: dict[str, Any]) -> Any:
         return model(**values)
     except ValidationError as err:
         first = err.errors()[0]
-        message = first["msg"].removeprefix("Value error, ")
+        message = in_words(first)
         raise _refuse(f"{first['loc'][0]}: {message}" if first["loc"] else message) from None
 
 

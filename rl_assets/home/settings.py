@@ -23,6 +23,7 @@ from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from rl_assets.domain.names import check_experiment_name, shown
+from rl_assets.domain.validation import in_words
 
 ENV_VAR = "RL_ASSETS_ENV"
 HOME_ENV = "RL_ASSETS_HOME"
@@ -241,4 +242,4 @@ def _problem(error: Any) -> str:
     template = _PROBLEMS.get(error["type"])
     if template:
         return template.format(**error.get("ctx", {}))
-    return error["msg"].removeprefix("Value error, ")
+    return in_words(error)

@@ -26,6 +26,7 @@ from rl_assets.domain.judge_rubric import JudgeRubric
 from rl_assets.domain.models import Rubric
 from rl_assets.domain.names import InvalidNameError, check_rubric_name, shown
 from rl_assets.domain.rubrics import BUILTIN_RUBRICS, AnyRubric, UnknownRubricError
+from rl_assets.domain.validation import in_words
 
 if TYPE_CHECKING:  # the registry is read before any service starts; the database driver (and Dagster) can wait
     from rl_assets.stores.database import Database
@@ -87,7 +88,7 @@ def parse_rubric_file(path: Path) -> AnyRubric:
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "rubric"
-        raise RubricError(f"{path.name}: {field}: {first['msg'].removeprefix('Value error, ')}") from None
+        raise RubricError(f"{path.name}: {field}: {in_words(first)}") from None
     if path.stem != rubric.name:
         raise RubricError(f"{path.name}: the file must be named after its rubric ({rubric.name}{path.suffix})")
     return rubric

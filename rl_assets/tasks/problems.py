@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rl_assets.domain.names import shown
+from rl_assets.domain.validation import in_words
 
 _TABLE_ERRORS = {"model_type", "dict_type", "model_attributes_type"}
 _UNION_MEMBER = re.compile(r"^(str|int|float|bool|list\[.*\]|dict\[.*\]|function-[a-z]+\[.*\]|[A-Z][A-Za-z]+)$")
@@ -60,7 +61,7 @@ def describe(where: str, data: dict[str, Any], error: ValidationError) -> list[s
         if member and not _fits(member, at_member) and any(_fits(m, at_member) for m in _members(error, loc, member)):
             continue  # an alternative of the union not meant for this shape of value
         kind = problem["type"]
-        message = problem["msg"].removeprefix("Value error, ")
+        message = in_words(problem)
         if kind == "extra_forbidden":
             message = "not a key of Harbor's task.toml schema"
         elif kind in _TABLE_ERRORS:
