@@ -1,7 +1,7 @@
 """The task sandbox through the real bubblewrap: what a Harbor task's commands can do, and attacks that must fail.
 
 Every command here runs in the real :class:`~rl_assets.sandbox.task_shell.TaskShell` on a real overlay
-fork of a sealed world (:class:`~rl_assets.worlds.LocalWorlds`), launched as root (tests run as root:
+fork of a sealed world (:class:`~rl_assets.worlds.local.LocalWorlds`), launched as root (tests run as root:
 the sandbox then runs as a fresh unprivileged host uid, inside an attempt cgroup). An attack's check is
 made from outside: the host file, socket or listener it aimed at is untouched, and after ``close()`` no
 process, mount or cgroup of the attempt is left.

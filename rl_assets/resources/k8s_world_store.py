@@ -36,6 +36,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
+from rl_assets.containers.images import TaskImage
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.waiting import Waiting
 from rl_assets.domain.world import build_world
@@ -170,12 +171,12 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         """A PVC cloned from the world's snapshot for the attempt, Bound; its name, the PVC deleted after."""
         return self._volumes().fork(fork.experiment, fork.trial_id, fork.attempt_id, fork.world_id)
 
-    def ensure_image(self, world_id: str) -> None:
+    def ensure_image(self, world_id: str) -> TaskImage | None:
         """No image is built in the cluster: a task's pod runs its pushed ``docker_image``, pulled by the kubelet
         (a Dockerfile-only task is refused when the experiment is recorded: :mod:`rl_assets.tasks.locality`)."""
         return None
 
-    def built_image(self, world_id: str) -> None:
+    def built_image(self, world_id: str) -> TaskImage | None:
         """No image is known here: the kubelet pulls a task pod's ``docker_image`` (its name is in the world)."""
         return None
 

@@ -78,7 +78,7 @@ class WorldStoreResource(dg.ConfigurableResource):
         return task if task.in_container else None
 
     def verified_hash(self, world_id: str) -> str:
-        """The per-attempt check: the seal, O(entries), no contents read (:func:`rl_assets.worlds.tree_manifest`)."""
+        """The per-attempt check: the seal, O(entries), no bytes read (:mod:`rl_assets.worlds.local`)."""
         return self._worlds.verified_hash(world_id)
 
     def audited_hash(self, world_id: str) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from rl_assets.containers.images import TaskImage
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Policy, Reward, Trajectory, TrialSpec, Verdict, VerifierOutcome
@@ -105,10 +106,10 @@ class WorldStore(Protocol):
     Owed to the durability story:
 
     - ``ensure_built`` builds and seals a world once, however many callers race
-      (a world is never modified after its seal);
+      (a world is never modified after its seal), and ``ensure_image`` its task's image;
     - ``verified_hash`` is the cheap per-attempt check that the world is still
       the sealed one (it is part of a trajectory's identity), and raises
-      :class:`~rl_assets.worlds.WorldTamperedError` when it is not;
+      :class:`~rl_assets.worlds.local.WorldTamperedError` when it is not;
       ``audited_hash`` is the full re-hash.
     """
 
@@ -130,6 +131,16 @@ class WorldStore(Protocol):
 
     def task(self, world_id: str) -> Task:
         """The recorded Harbor task a task world was built from."""
+        ...
+
+    def ensure_image(self, world_id: str) -> TaskImage | None:
+        """A task world's container image, built once by its build context's hash (the ``task_images`` asset's
+        work); None where there is nothing to build: a world of plain files, or a cluster, whose kubelet pulls
+        the task's pushed image."""
+        ...
+
+    def built_image(self, world_id: str) -> TaskImage | None:
+        """The image :meth:`ensure_image` built, for a trial to run in (None where it builds none)."""
         ...
 
 
