@@ -34,12 +34,14 @@ from rl_assets.home.services.postgres import PostgresInfo
 from rl_assets.home.services.processes import (
     Session,
     identity_alive,
+    listening_sockets,
     port_is_open,
     process_identity,
-    processes_mentioning,
     start_ticks,
+    wait_sockets_closed,
 )
 from rl_assets_testkit.expectations import run_cli
+from rl_assets_testkit.kills import processes_mentioning
 
 LOOPBACK = {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
 
@@ -273,6 +275,7 @@ def test_stop_ends_every_process_of_the_home_and_frees_its_ports(fresh_home: Pat
     assert len(sessions) == 2
     pids = {p.pid for s in sessions for p in s.members()}
     ports = {port for s in sessions for _, port in s.listening_ports()}
+    sockets = listening_sockets(ports)
     names = {p.name() for s in sessions for p in s.members()}
     assert {"postgres", "raylet", "gcs_server"} <= names and ports, names
     runtime = deployment.home.runtime
@@ -286,8 +289,8 @@ def test_stop_ends_every_process_of_the_home_and_frees_its_ports(fresh_home: Pat
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     swept = processes_mentioning(str(runtime)) + processes_mentioning(str(fresh_home))
     assert not swept, f"found by command line after stop: {[(p.pid, p.name()) for p in swept]}"
-    held = sorted(p for p in ports if port_is_open(p))
-    assert not held, f"ports still held after stop: {held}"
+    held = sorted(listening_sockets(ports) & sockets)  # the home's sockets; another program may reuse a port
+    assert not held, f"sockets still listening after stop: {held}"
     assert not runtime.exists(), "the runtime dir is removed by stop"
 
 
@@ -361,3 +364,21 @@ def test_a_process_is_named_by_its_start_since_boot_whatever_its_command_name(tm
         proc.kill()
         proc.wait()
     assert not identity_alive(identity), "a dead process is not alive"
+
+
+def test_stop_waits_for_its_own_sockets_not_for_a_port_another_program_takes_after_it() -> None:
+    """A stop that saw a service listen waits for that socket to close; a new listener on the freed port (another
+    home's, on a busy machine) is not the service still running, and a socket still open is reported."""
+    ours = socket.create_server(("127.0.0.1", 0))
+    port = ours.getsockname()[1]
+    seen = listening_sockets({port})
+    assert len(seen) == 1
+    with pytest.raises(RuntimeError, match=f"ports still held after stopping: \\[{port}\\]"):
+        wait_sockets_closed(seen, timeout=0.3)
+    ours.close()
+    with socket.socket() as theirs:
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        theirs.bind(("127.0.0.1", port))
+        theirs.listen()
+        assert port_is_open(port)
+        wait_sockets_closed(seen, timeout=0.3)  # returns: the port is open, but not by the socket the stop saw

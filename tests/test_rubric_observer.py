@@ -55,9 +55,13 @@ def test_the_registry_is_observed_by_default_and_a_new_rubric_makes_rewards_stal
 
     resolver = get_stale_status_resolver(instance, list(defs.assets))
     trial = dg.MultiPartitionKey({"step": f"{NAME}/s0", "trial": "p0-n0"})
-    assert resolver.get_status(dg.AssetKey("rewards"), trial) == StaleStatus.STALE
-    assert resolver.get_status(dg.AssetKey("trajectories"), trial) == StaleStatus.FRESH
-    assert resolver.get_status(dg.AssetKey("worlds"), "w0") == StaleStatus.FRESH
+    for key, partition, status in (
+        ("rewards", trial, StaleStatus.STALE),
+        ("trajectories", trial, StaleStatus.FRESH),
+        ("worlds", "w0", StaleStatus.FRESH),
+    ):
+        causes = resolver.get_stale_causes(dg.AssetKey(key), partition)
+        assert resolver.get_status(dg.AssetKey(key), partition) == status, f"{key} {partition}: {causes}"
     ticks = instance.fetch_observations(dg.AssetKey("rubrics"), limit=100).records
     during = [r.asset_observation.tags[DATA_VERSION_TAG] for r in ticks if r.storage_id > before]
     assert during == [stores.rubrics.version()], "training observed nothing; the new rubric was observed once"

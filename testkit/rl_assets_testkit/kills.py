@@ -43,7 +43,7 @@ from rl_assets.domain.waiting import Waiting
 from rl_assets.driver.planner import ACTIVE_STATUSES
 from rl_assets.home.layout import Home
 from rl_assets.home.services.daemon import LocalDaemon
-from rl_assets.home.services.processes import identity_alive, processes_mentioning
+from rl_assets.home.services.processes import identity_alive
 from rl_assets.home.services.ray_head import LocalRayHead
 from rl_assets.stores.database import Database
 
@@ -58,6 +58,17 @@ T = TypeVar("T")
 
 class NotReached(Exception):
     """The awaited state did not arrive: the train process ended first, or the deadline passed."""
+
+
+def processes_mentioning(marker: str) -> list[psutil.Process]:
+    """Live processes whose command line mentions ``marker``: a cross-check by name, never a handle on a service."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.info["pid"] == os.getpid():
+            continue
+        if any(marker in part for part in proc.info["cmdline"] or ()):
+            found.append(proc)
+    return found
 
 
 def wait_for(

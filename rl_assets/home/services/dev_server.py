@@ -33,7 +33,7 @@ from types import FrameType
 
 from rl_assets.home.layout import Home, HomeError
 from rl_assets.home.services.daemon import LocalDaemon
-from rl_assets.home.services.processes import Session, wait_ports_closed
+from rl_assets.home.services.processes import Session, listening_sockets, wait_sockets_closed
 from rl_assets.home.services.service_environment import service_environment
 from rl_assets.home.services.ui_auth import ensure_token, login_url, token_path
 
@@ -92,6 +92,7 @@ class DevServer:
 
     def _shut_down(self, proc: subprocess.Popen, session: Session, port: int) -> None:
         tree = session.members()  # now, while the webserver can still name its children
+        sockets = listening_sockets({port})
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # the webserver's own Ctrl-C path
             try:
@@ -100,7 +101,7 @@ class DevServer:
                 pass
         session.end(also=tree)
         proc.poll()
-        wait_ports_closed({port})
+        wait_sockets_closed(sockets)
         self.session_file.unlink(missing_ok=True)
 
     def stop(self) -> bool:

@@ -29,7 +29,13 @@ import psycopg2
 from rl_assets.domain.waiting import Waiting
 from rl_assets.home.layout import Home, HomeError
 from rl_assets.home.services.private_files import ensure_secret, read_secret, write_secret
-from rl_assets.home.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
+from rl_assets.home.services.processes import (
+    Session,
+    free_loopback_port,
+    listening_sockets,
+    port_is_open,
+    wait_sockets_closed,
+)
 
 DATABASE = "rl_assets"
 SUPERUSER = "postgres"
@@ -325,6 +331,7 @@ class EmbeddedPostgres:
         """Stop the server if it runs, end its session, and wait until its port is closed; True if it ran."""
         session = self.session()
         running = (self.data / "postmaster.pid").exists()
+        sockets = listening_sockets({int(self.port_file.read_text())}) if self.port_file.exists() else set()
         if running:
             subprocess.run(
                 [_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
@@ -334,7 +341,6 @@ class EmbeddedPostgres:
                 stdin=subprocess.DEVNULL,
             )
         ended = session.end() if session is not None else []
-        if self.port_file.exists():
-            wait_ports_closed({int(self.port_file.read_text())})
+        wait_sockets_closed(sockets)
         self.session_file.unlink(missing_ok=True)
         return running or bool(ended)

@@ -230,21 +230,37 @@ class Session:
         return alive
 
 
-def processes_mentioning(marker: str) -> list[psutil.Process]:
-    """Live processes whose command line mentions ``marker``: for tests' cross-checks, never a handle."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        if proc.info["pid"] == os.getpid():
+_PROC_NET = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+_LISTEN = "0A"  # the kernel's TCP_LISTEN state, as /proc/net/tcp writes it
+
+
+def listening_sockets(ports: Iterable[int]) -> set[tuple[int, int]]:
+    """``(port, socket inode)`` of every TCP listener on one of ``ports``, read from the kernel's tables.
+
+    A socket's inode is its identity: once a service has stopped, another program on the machine may listen
+    on the port it freed (another home's Ray worker, say), and that is a new socket, not one of ours held
+    open. So a stop waits for the sockets it saw to close, not for the ports to be unused.
+    """
+    wanted = set(ports)
+    found = set()
+    for table in _PROC_NET:
+        try:
+            rows = table.read_text().splitlines()[1:]
+        except OSError:  # no IPv6 on this machine
             continue
-        if any(marker in part for part in proc.info["cmdline"] or ()):
-            found.append(proc)
+        for row in rows:
+            fields = row.split()
+            port = int(fields[1].rsplit(":", 1)[1], 16)
+            if fields[3] == _LISTEN and port in wanted:
+                found.add((port, int(fields[9])))
     return found
 
 
-def wait_ports_closed(ports: set[int], timeout: float = 10.0) -> None:
-    """Raise unless none of ``ports`` accepts connections on loopback within ``timeout``."""
+def wait_sockets_closed(sockets: set[tuple[int, int]], timeout: float = 10.0) -> None:
+    """Raise unless every socket of ``sockets`` (from :func:`listening_sockets`) is closed within ``timeout``."""
+    ports = {port for port, _ in sockets}
     deadline = Waiting(timeout_s=timeout, interval_s=POLL_S).deadline()
-    while held := sorted(p for p in ports if port_is_open(p)):
+    while held := sorted(port for port, inode in listening_sockets(ports) if (port, inode) in sockets):
         if deadline.expired():
             raise RuntimeError(f"ports still held after stopping: {held}")
         deadline.sleep()

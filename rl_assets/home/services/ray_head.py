@@ -40,7 +40,13 @@ from typing import Any
 from rl_assets.domain.waiting import Waiting
 from rl_assets.home.layout import Home
 from rl_assets.home.services.private_files import ensure_secret
-from rl_assets.home.services.processes import Session, free_loopback_port, port_is_open, wait_ports_closed
+from rl_assets.home.services.processes import (
+    Session,
+    free_loopback_port,
+    listening_sockets,
+    port_is_open,
+    wait_sockets_closed,
+)
 
 START_ATTEMPTS = 2
 _SECRET_NAME = re.compile(r"PASSWORD|SECRET|API_KEY|^DAGSTER_PG_")
@@ -158,8 +164,8 @@ class LocalRayHead:
         session = self.session()
         if session is None:
             return False
-        ports = {port for _, port in session.listening_ports()}
+        sockets = listening_sockets(port for _, port in session.listening_ports())
         ended = session.end()
-        wait_ports_closed(ports)
+        wait_sockets_closed(sockets)
         self.session_file.unlink(missing_ok=True)
         return bool(ended)
