@@ -3,11 +3,11 @@ per-trial overhead, each as a ratio *this / earlier*.
 
 ``python benchmarks/versus.py --base COMMIT [--rounds 3] [--trials 8] [--json]``
 
-The earlier code is exported from git (``git archive``) into a temporary directory and run from there
-(``PYTHONPATH`` ahead of this checkout's editable install), each version in a home of its own, so their
-Postgres data and Ray heads never mix. Both homes' services are brought up first (not timed), then the
-versions alternate, round by round, and so does which goes first, so drift on a shared machine and a
-first-in-round effect hit both alike:
+The earlier code (the package, its benchmarks and its test kit) is exported from git (``git archive``) into a
+temporary directory and run from there (``PYTHONPATH`` ahead of this checkout's editable installs), each version
+in a home of its own, so their Postgres data and Ray heads never mix. Both homes' services are brought up first
+(not timed), then the versions alternate, round by round, and so does which goes first, so drift on a shared
+machine and a first-in-round effect hit both alike:
 
 - **reference run**: ``rl-assets train --experiment refN`` with the reference configuration (3 steps of 6
   trials), a new experiment each round, wall time of the whole command on a warm home;
@@ -45,7 +45,11 @@ def export(commit: str, into: Path) -> None:
     ``PYTHONPATH`` (and the working directory) put it ahead of the checkout's editable install, whose import
     finder comes after the path finder, for the CLI and every process it starts (driver, workers, Ray's).
     """
-    archive = subprocess.run(["git", "archive", commit, "rl_assets", "benchmarks"], cwd=REPO, capture_output=True)
+    listed = subprocess.run(["git", "ls-tree", "--name-only", commit], cwd=REPO, capture_output=True, text=True)
+    # The test kit too, where the commit has one: the benchmarks import it, and the checkout's editable test kit
+    # would otherwise drive the earlier code with this checkout's modules.
+    parts = [p for p in ("rl_assets", "benchmarks", "testkit") if p in listed.stdout.split()]
+    archive = subprocess.run(["git", "archive", commit, *parts], cwd=REPO, capture_output=True)
     if archive.returncode != 0:
         raise SystemExit(f"versus.py: cannot export {commit}: {archive.stderr.decode().strip()}")
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
@@ -54,8 +58,11 @@ def export(commit: str, into: Path) -> None:
 def imported_from(version: Version) -> Path:
     """Where ``rl_assets`` comes from for ``version``'s processes (checked, so a benchmark never compares a
     version with itself)."""
-    out = version.run("-c", "import rl_assets; print(rl_assets.__file__)").stdout.strip()
-    return Path(out).parent.parent
+    probe = "import rl_assets, rl_assets_testkit; print(rl_assets.__file__); print(rl_assets_testkit.__file__)"
+    package, kit = (Path(line) for line in version.run("-c", probe).stdout.split())
+    if not kit.is_relative_to(version.code):
+        raise SystemExit(f"versus.py: {version.name} imports the test kit from {kit}, not from {version.code}")
+    return package.parent.parent
 
 
 class Version:
@@ -65,7 +72,8 @@ class Version:
         self.name, self.code, self.home = name, code, home
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(self.code), "RL_ASSETS_HOME": str(self.home)}
+        path = os.pathsep.join(str(p) for p in (self.code, self.code / "testkit") if p.is_dir())
+        return {**os.environ, "PYTHONPATH": path, "RL_ASSETS_HOME": str(self.home)}
 
     def run(self, *args: str, capture: bool = False) -> subprocess.CompletedProcess:
         proc = subprocess.run(
