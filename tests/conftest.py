@@ -72,13 +72,31 @@ E2E_MODULES = {
 """Modules that need a running deployment without any of those fixtures (e.g. started through the CLI)."""
 MACHINE_WIDE_MODULES = frozenset({"test_container_tasks.py", "test_harbor_cookbook.py"})
 """Modules whose tests start task containers and count every rl-assets container on the machine: under
-``pytest -n`` (each worker a home of its own) they run on one worker, one after another."""
+``pytest -n`` (each worker a home of its own) they run on one worker, one after another (see below)."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``pytest -n N --dist loadfile``: a module's tests on one worker (and its module fixtures set up once), and
+    the :data:`MACHINE_WIDE_MODULES` on one worker together, one after another.
+
+    pytest-xdist's own grouping mark (``--dist loadfile``) rewrites a node id attribute that pytest 9 no longer
+    reads, so it silently degrades to per-test distribution; its scheduler hook is the documented way to group.
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModulesScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "machine-wide" if Path(module).name in MACHINE_WIDE_MODULES else module
+
+    return ModulesScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark as ``e2e`` every test that needs a running home (``-m "not e2e"`` is the fast tier), group each
-    module's tests for ``pytest -n``'s workers, and run the browser test first (a stable sort keeps every other
-    order).
+    """Mark as ``e2e`` every test that needs a running home (``-m "not e2e"`` is the fast tier), and run the
+    browser test first (a stable sort keeps every other order).
 
     A test is e2e when its fixture closure holds one of :data:`E2E_FIXTURES`, or its module is one of
     :data:`E2E_MODULES`. The UI's partition grid renders the first few dozen step keys of the session's home;
@@ -87,9 +105,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.path.name in E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
-        # ``--dist loadgroup``: a module's tests share a worker (and its module fixtures), as with loadfile.
-        machine_wide = item.path.name in MACHINE_WIDE_MODULES
-        item.add_marker(pytest.mark.xdist_group("machine-wide" if machine_wide else item.path.name))
     items.sort(key=lambda item: not item.nodeid.startswith("tests/test_ui_browser.py"))
 
 
