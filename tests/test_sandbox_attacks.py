@@ -33,6 +33,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.models import Rubric, Trajectory, Turn
 from rl_assets.domain.rubrics import BUILTIN_RUBRICS
 from rl_assets.domain.scoring import reward_of, simulated_judge
+from rl_assets.domain.waiting import Waiting
 from rl_assets.domain.world import world_secret
 from rl_assets.home.layout import Home
 from rl_assets.home.services.postgres import PostgresInfo
@@ -191,9 +192,9 @@ def launch(caller: str, arena: Path) -> Iterator[Callable[..., Outcome]]:
         return Outcome(Rollout.model_validate_json(rollout) if rollout else None, error, seconds)
 
     yield run
-    deadline = time.monotonic() + 5  # a SIGKILLed process takes a moment to leave the process table
-    while (left := _sandbox_processes(namespaces)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    leaving = Waiting(timeout_s=5, interval_s=0.05).deadline()  # a SIGKILLed process leaves the table a moment later
+    while (left := _sandbox_processes(namespaces)) and not leaving.expired():
+        leaving.sleep()
     assert left == set(), f"no process of the attempt is left: {_describe(left)}"
     assert _mounts() == mounts, "no mount of the attempt is left on the host"
     assert not any("rl-assets-fork" in m for m in _mounts())
@@ -487,9 +488,9 @@ def test_memfds_and_sysv_ipc_hold_no_memory_outside_the_attempts_limits(launch, 
     assert (seen["shm_mib"], seen["shmget"]) == (0, "ENOSYS"), seen
     assert (seen["msgget"], seen["semget"]) == ("ENOSYS", "ENOSYS"), seen
     assert seen["shmem_mib"] < 64, f"the host's shared memory took the writes: {seen}"
-    deadline = time.monotonic() + 5  # an IPC namespace is freed a moment after its last process
-    while (held := _host_shmem_mib() - before) >= 64 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    freeing = Waiting(timeout_s=5, interval_s=0.05).deadline()  # an IPC namespace is freed after its last process
+    while (held := _host_shmem_mib() - before) >= 64 and not freeing.expired():
+        freeing.sleep()
     assert held < 64, f"the attempt's shared memory is freed with it: {held} MiB still held"
 
 
