@@ -64,3 +64,41 @@ def test_the_run_workers_forkserver_preloads_every_storage_module_of_the_instanc
     probe = f"import sys, rl_assets.instance.warm; print([m for m in {modules!r} if m not in sys.modules])"
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_concurrent_storage_calls_keep_their_connections_and_ask_the_schema_once(instance):
+    """A rollout run's trial threads write at once: the storages open at most their pool's connections and keep
+    them (a second burst opens none), and Dagster's column checks reach the catalog once, not on every call."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rl_assets.instance.pooled_storage import CONNECTIONS
+
+    opened, catalog = [], []
+
+    def count(*_: object) -> None:
+        opened.append(1)
+
+    def catalog_reads(conn, cursor, statement, *_: object) -> None:
+        if "pg_catalog.pg_attribute" in statement:
+            catalog.append(statement)
+
+    def burst() -> None:
+        with ThreadPoolExecutor(max_workers=24) as pool:
+            list(pool.map(lambda _: instance.get_runs_count(), range(96)))
+
+    sqlalchemy.event.listen(sqlalchemy.pool.Pool, "connect", count)
+    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", catalog_reads)
+    try:
+        burst()
+        first = len(opened)
+        burst()
+        second = len(opened) - first
+        for _ in range(20):
+            assert instance.run_storage.has_run_stats_index_cols()
+            assert instance.event_log_storage.has_asset_key_col("last_materialization_timestamp")
+    finally:
+        sqlalchemy.event.remove(sqlalchemy.pool.Pool, "connect", count)
+        sqlalchemy.event.remove(sqlalchemy.engine.Engine, "before_cursor_execute", catalog_reads)
+    assert first <= CONNECTIONS, f"{first} connections for 24 threads"
+    assert second == 0, f"a second burst opened {second} more"
+    assert len(catalog) <= 2, f"{len(catalog)} catalog reads for 40 schema checks"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from rl_assets.driver.tick_instance import tick_instance
 from rl_assets.resources.stores import StoresResource
 
 OBSERVE_INTERVAL_S = 30
@@ -44,7 +45,7 @@ def rubrics_observation(stores: StoresResource) -> tuple[str, dg.AssetObservatio
 )
 def rubric_observer(context: dg.SensorEvaluationContext, stores: StoresResource) -> dg.SensorResult | dg.SkipReason:
     version, observation = rubrics_observation(stores)
-    if context.cursor == version or last_observed_version(context.instance) == version:
+    if context.cursor == version or last_observed_version(tick_instance(context)) == version:
         return dg.SensorResult(skip_reason=f"rubric registry unchanged (version {version})", cursor=version)
     return dg.SensorResult(asset_events=[observation], cursor=version)
 

@@ -64,6 +64,7 @@ from rl_assets.driver.deployment import current, launch_tags, rescore_experiment
 from rl_assets.driver.failure_watch import run_error
 from rl_assets.driver.jobs import judge_job, rollout_job, train_job, trial_job, world_job
 from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Launch, Plan, give_up_on_crashing, plan
+from rl_assets.driver.tick_instance import tick_instance
 from rl_assets.home.layout import Home
 from rl_assets.home.services.ray_head import LocalRayHead
 from rl_assets.home.settings import RESCORE_EXPERIMENTS_ENV, settings
@@ -283,18 +284,19 @@ def _drive(
     context: dg.SensorEvaluationContext, state: Stores, world_store: Any, jobs: tuple[str, ...]
 ) -> dg.SensorResult | dg.SkipReason:
     """One tick of a lane: plan, and request the missing runs of ``jobs``; with none, wait for a change first."""
-    _ensure_pools(context.instance)
+    instance = tick_instance(context)
+    _ensure_pools(instance)
     deadline = Waiting(timeout_s=LONG_POLL_S, interval_s=POLL_S).deadline()
     while True:
-        seen = _last_change(context.instance, state)
-        plans = _open_plans(context.instance, state)
+        seen = _last_change(instance, state)
+        plans = _open_plans(instance, state)
         run_requests = run_requests_of(
-            state, plans, world_store, context.log.warning, jobs, partial(run_error, context.instance)
+            state, plans, world_store, context.log.warning, jobs, partial(run_error, instance)
         )
-        partitions = partition_requests_of(context.instance, plans) if "trial_job" in jobs else []
+        partitions = partition_requests_of(instance, plans) if "trial_job" in jobs else []
         if run_requests or partitions:
             return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
-        while _last_change(context.instance, state) == seen:
+        while _last_change(instance, state) == seen:
             if deadline.expired():
                 return dg.SkipReason("no experiment needs a run")
             deadline.sleep()
@@ -349,7 +351,7 @@ def rubric_sensor(context: dg.SensorEvaluationContext, stores: StoresResource) -
         return dg.SkipReason("no new rubric")
 
     def trained(config: ExperimentConfig) -> bool:
-        return plan(context.instance, state, config).done
+        return plan(tick_instance(context), state, config).done
 
     for name in _watched(state):
         for rubric in new:

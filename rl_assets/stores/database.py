@@ -32,9 +32,10 @@ from rl_assets.stores import migrations
 
 RECONNECTING = Waiting(timeout_s=120.0, interval_s=0.5)
 """How the stores wait out a restarting Postgres: its refusals, retried every half second for two minutes."""
-POOL_SIZE = 2
-"""Connections kept open per process: a step uses one at a time; judge threads may briefly want more."""
-POOL_OVERFLOW = 6
+POOL_SIZE = 8
+"""Connections a process opens at most, each kept once opened: a step uses one at a time, a rollout run's hundreds
+of trial threads all of them. None is closed when returned: with two kept and six more opened and closed on demand,
+a 256-trial rollout run started hundreds of Postgres backends."""
 POOL_WAIT_S = 600.0
 """How long a thread waits for a pooled connection. SQLAlchemy's default (30 s) failed 516 trial attempts of one
 1024-trial rollout run on two cores, outwaited by the other threads: a trial's own deadline bounds its wait instead."""
@@ -75,7 +76,7 @@ class Database:
                     "postgresql+psycopg2://",
                     creator=self.info.connect,
                     pool_size=POOL_SIZE,
-                    max_overflow=POOL_OVERFLOW,
+                    max_overflow=0,
                     pool_timeout=POOL_WAIT_S,
                     pool_pre_ping=True,
                 )

@@ -120,16 +120,19 @@ class IdleConnections:
     connection for each costs several times the rest of the call's
     bookkeeping. A connection comes back only after its lock was released, so
     an idle one holds nothing; one that a restart dropped is found out on use.
+    It keeps as many as the judge pool's default limit lets calls run at once
+    (``pools.default_limit`` in dagster.yaml): a rollout run's trials judge
+    that many at a time.
     """
 
-    def __init__(self, info: PostgresInfo, keep: int = 4) -> None:
+    def __init__(self, info: PostgresInfo, keep: int = 16) -> None:
         self.info = info
         self.keep = keep
         self._idle: list[psycopg2.extensions.connection] = []
         self._mutex = threading.Lock()  # a timed-out call's thread gives its connection back
 
     def connect(self) -> psycopg2.extensions.connection:
-        conn = self.info.connect()
+        conn = self.info.connect("locks")
         conn.autocommit = True
         return conn
 

@@ -84,9 +84,15 @@ class PostgresInfo:
                 f"{missing.args[0]} is not set: run through `rl-assets` or export the DAGSTER_PG_* variables"
             ) from None
 
-    def connect(self):
+    def connect(self, purpose: str = "ledgers"):
+        """A new connection, named ``rl-assets <purpose>`` in ``pg_stat_activity`` (Dagster's own are unnamed)."""
         return psycopg2.connect(
-            host=self.host, port=self.port, user=self.user, password=self.password, dbname=self.database
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname=self.database,
+            application_name=f"rl-assets {purpose}",
         )
 
 
