@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -12,6 +14,7 @@ import pytest
 
 from rl_assets.domain.agent import run_agent
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.waiting import Waiting
 from rl_assets.domain.world import world_documents, world_secret
 from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV
 from rl_assets.sandbox import bubblewrap, launcher
@@ -196,3 +199,51 @@ def test_world_modified_behind_the_systems_back_is_detected(worlds):
     doc.write_text("tampered\n")
     with pytest.raises(WorldTamperedError, match="modified after it was sealed"):
         worlds.verified_hash("w0")
+
+
+_HUNG_ATTEMPT = """
+import sys
+from pathlib import Path
+from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.sandbox.launcher import run_sandbox
+from rl_assets.sandbox.protocol import SandboxRequest
+from rl_assets.worlds.local import LocalWorlds
+spec = ExperimentConfig(name="iso").trials(0)[0]
+worlds = LocalWorlds(Path(sys.argv[1]) / "worlds", Path(sys.argv[1]) / "forks")
+with worlds.fork("w0", "hung", "a0", overlay=True) as fork:
+    run_sandbox(SandboxRequest(spec=spec, prior=[1.0] * 8, fork=fork, hang=True), timeout_s=600)
+"""
+
+
+def test_keepers_are_forked_by_one_zygote_that_dies_with_the_process_and_takes_them_along(worlds, tmp_path):
+    """Each attempt's keeper is forked by the launching process's zygote (no interpreter started per attempt); when
+    that process is SIGKILLed mid-attempt, the zygote, the keeper and the whole sandbox end with it."""
+    launching = subprocess.Popen([sys.executable, "-c", _HUNG_ATTEMPT, str(tmp_path)])
+    me = psutil.Process(launching.pid)
+
+    def sandbox_up() -> list[psutil.Process]:
+        found = [p for p in me.children(recursive=True) if "/app/main.py" in " ".join(p.cmdline())]
+        return found or None
+
+    agents = Waiting(timeout_s=60, interval_s=0.05).value(
+        sandbox_up, lambda: TimeoutError("the hung attempt's agent did not start")
+    )
+    zygotes = [p for p in me.children() if "--serve" in p.cmdline()]
+    assert len(zygotes) == 1, [p.cmdline() for p in me.children()]
+    keepers = zygotes[0].children()
+    assert len(keepers) == 1 and keepers[0].cmdline() == zygotes[0].cmdline()  # forked, not a new interpreter
+    doomed = [zygotes[0], *zygotes[0].children(recursive=True)]
+    assert {a.pid for a in agents} <= {p.pid for p in doomed}
+    launching.kill()
+    launching.wait()
+    Waiting(timeout_s=30, interval_s=0.05).until(
+        "the zygote, the keeper and the sandbox ending with the launching process",
+        lambda: not any(_alive(p) for p in doomed),
+    )
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -10,6 +10,15 @@ it reports the trusted evidence (exit status, the files written, ``answer.txt``)
 its mounts vanish with its namespace, even on SIGKILL. The launcher sends one JSON config line and reads
 one JSON report line.
 
+Keepers are forked, not started: ``python -I -S keeper.py --serve`` is a *zygote*, one per launching process,
+that has imported this module once and forks a keeper for each attempt (:func:`serve`). Starting an interpreter
+and importing these modules cost about 29 ms of CPU an attempt, a third of a reference trial's sandbox; a fork of
+the small zygote costs about one. The launcher passes the keeper's stdin, stdout and the attempt's fds over a
+Unix socket (``SCM_RIGHTS``); the zygote forks, places them at the numbers :data:`KEEPER_FDS` names, and replies
+with the keeper's pid. A keeper is told to stop (SIGTERM, by ``PR_SET_PDEATHSIG``) when its zygote exits, and the
+zygote exits when the launching process's end of the socket closes: a killed worker takes its sandboxes with it,
+each keeper killing its sandbox's processes and reaping them before it exits.
+
 Nothing in the sandbox's mount table names a host path of the home, the world or the fork: the overlay is
 mounted with paths relative to the attempt's directory (``/proc/mounts`` shows its options as given), and
 the agent's files are copied into the stage tmpfs rather than bound (a bind mount's root in ``mountinfo``
@@ -19,10 +28,12 @@ is its source's path on its filesystem). The runtime files show their own system
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import resource
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -35,7 +46,11 @@ STAGE_POINT = "/tmp"
 """Where the staged tree is moved, in the keeper's mount namespace only: a directory any uid can traverse,
 whatever the modes of the home's or the interpreter's parents (bubblewrap resolves sources as the rollout's uid)."""
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+KEEPER_FDS = {"requests": 3, "replies": 4, "output": 5, "seccomp": 6}
+"""Where a forked keeper finds the attempt's fds (after its stdin and stdout, which the launcher sends first)."""
+_MOVED_ABOVE = 64
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -221,9 +236,28 @@ def _limit(config: dict) -> None:
         resource.setrlimit(getattr(resource, name), (value, value))
 
 
+def _children() -> list[int]:
+    """This process's children now: bubblewrap, and as their subreaper whatever of the sandbox it left behind."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            return [int(pid) for pid in f.read().split()]
+    except OSError:
+        return []
+
+
 def _reap_all() -> None:
-    """Wait for every descendant (this is their subreaper): bubblewrap's init, once reaped, leaves no process behind."""
+    """Kill and reap every descendant left (this is their subreaper), so that no process of the sandbox outlives it.
+
+    bubblewrap's ``--die-with-parent`` is not enough: when the outer bubblewrap is killed, the sandbox's init (the
+    inner bubblewrap, pid 1 of the sandbox's pid namespace) survived it about one time in three on a loaded
+    machine, with the agent under it. Orphaned, it is reparented here; killed here, its namespace ends with it.
+    """
     while True:
+        for pid in _children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
@@ -262,6 +296,14 @@ def main() -> int:
             "--",
             *config["command"],
         ]
+        stopping: list[subprocess.Popen | None] = [None]
+
+        def stop(*_: object) -> None:  # the launcher's (or the zygote's end's) "stop now": SIGTERM
+            stopping.append(None)
+            if stopping[0] is not None:
+                os.kill(stopping[0].pid, signal.SIGKILL)
+
+        signal.signal(signal.SIGTERM, stop)
         bwrap = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -271,7 +313,9 @@ def main() -> int:
             preexec_fn=lambda: _limit(config),
             pass_fds=(1, 3, 4, 5),
         )
-        signal.signal(signal.SIGTERM, lambda *_: os.kill(bwrap.pid, signal.SIGKILL))  # the launcher's "stop now"
+        stopping[0] = bwrap
+        if len(stopping) > 1:  # asked to stop while bubblewrap was starting
+            os.kill(bwrap.pid, signal.SIGKILL)
         for fd in config["fds"].values():
             os.close(fd)
         bwrap.stdin.write(config["task"].encode() + b"\n")
@@ -286,5 +330,56 @@ def main() -> int:
     return 0
 
 
+def _keeper(received: list[int], zygote: int) -> int:
+    """In the forked keeper: dies with the zygote, a process group of its own, the received fds in place."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # to stop its sandbox, kill what is left and exit
+    if os.getppid() != zygote:  # the zygote died before the line above: nobody would kill this keeper
+        return 1
+    os.setpgrp()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote's auto-reaping would make bubblewrap's wait fail
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, _MOVED_ABOVE) for fd in received]
+    for fd in received:
+        os.close(fd)
+    for target, fd in zip((0, 1, *KEEPER_FDS.values()), moved, strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
+    return main()
+
+
+def serve(channel: socket.socket) -> int:
+    """The zygote: for each request on ``channel`` (the keeper's stdin and stdout, then the attempt's fds), fork a
+    keeper and reply with its pid; exit when the launching process closes its end."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers report through their pipes: no status to collect
+    zygote = os.getpid()
+    while True:
+        try:
+            _, received, _, _ = socket.recv_fds(channel, 16, 2 + len(KEEPER_FDS))
+        except OSError:
+            return 0
+        if not received:  # the launching process is gone: its keepers die with this process
+            return 0
+        if len(received) != 2 + len(KEEPER_FDS):
+            for fd in received:
+                os.close(fd)
+            channel.send(b"error: expected stdin, stdout and the attempt's fds")
+            continue
+        try:
+            pid = os.fork()
+        except OSError as err:
+            pid, error = -1, f"error: fork: {err}"
+        if pid == 0:
+            channel.close()
+            code = 1
+            try:
+                code = _keeper(received, zygote)
+            finally:
+                os._exit(code)
+        for fd in received:
+            os.close(fd)
+        channel.send(str(pid).encode() if pid > 0 else error.encode())
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        sys.exit(serve(socket.socket(fileno=int(sys.argv[2]))))
     sys.exit(main())

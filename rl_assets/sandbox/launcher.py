@@ -29,13 +29,17 @@ import json
 import os
 import re
 import secrets
+import select
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +108,99 @@ REFERENCE_AGENT = AgentProgram(
 def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     os.setpgrp()
+
+
+class _Zygote:
+    """This process's keeper zygote for one interpreter (``keeper.py --serve``): it forks each attempt's keeper.
+
+    Started on first use from a thread of its own that lives as long as the process, since a process's
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that started it ends, and trial threads end. It exits when this
+    process's end of its socket closes: when the process dies, however it dies.
+    """
+
+    _by_interpreter: dict[tuple[int, str], _Zygote] = {}
+    _starting = threading.Lock()
+
+    def __init__(self, interpreter: str) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.channel = ours
+        self._mutex = threading.Lock()
+        started: list[subprocess.Popen | BaseException] = []
+        ready = threading.Event()
+
+        def start() -> None:
+            try:
+                started.append(
+                    subprocess.Popen(
+                        [interpreter, "-I", "-S", keeper.__file__, "--serve", str(theirs.fileno())],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        env={},
+                        cwd="/",
+                        pass_fds=(theirs.fileno(),),
+                        preexec_fn=die_with_parent,
+                    )
+                )
+            except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+                started.append(err)
+            finally:
+                theirs.close()
+                ready.set()
+            threading.Event().wait()  # this thread's end would kill the zygote
+
+        threading.Thread(target=start, name="rl-assets-keeper-zygote", daemon=True).start()
+        ready.wait()
+        if isinstance(started[0], BaseException):
+            raise RuntimeError(f"the sandbox keeper's zygote did not start: {started[0]}") from started[0]
+        self.proc = started[0]
+
+    @classmethod
+    def of(cls, interpreter: str) -> _Zygote:
+        key = (os.getpid(), interpreter)
+        with cls._starting:
+            zygote = cls._by_interpreter.get(key)
+            if zygote is None or zygote.proc.poll() is not None:
+                zygote = cls._by_interpreter[key] = cls(interpreter)
+            return zygote
+
+    def fork_keeper(self, fds: list[int]) -> _Keeper:
+        """A new keeper with ``fds`` (its stdin, stdout, then the attempt's fds)."""
+        with self._mutex:
+            try:
+                socket.send_fds(self.channel, [b"keeper"], fds)
+                reply = self.channel.recv(256).decode(errors="replace")
+            except OSError as err:
+                raise RuntimeError(f"the sandbox keeper's zygote is gone: {err}") from err
+        if not reply.isdigit():
+            raise RuntimeError(f"the sandbox keeper's zygote could not fork a keeper: {reply or 'it exited'}")
+        return _Keeper(int(reply))
+
+
+class _Keeper:
+    """A keeper the zygote forked: what the attempt needs of a ``Popen`` (pid, pipes, poll, signal, wait), through a
+    pidfd, since the keeper is the zygote's child, not ours (the zygote reaps it; its pid is never mistaken)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)  # before the keeper can exit: it waits for its config, which we send
+        self.stdin: typing.BinaryIO | None = None
+        self.stdout: typing.BinaryIO | None = None
+
+    def poll(self) -> int | None:
+        return 0 if select.select([self.pidfd], [], [], 0)[0] else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not select.select([self.pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(f"keeper {self.pid}", timeout or 0)
+        return 0
+
+    def send_signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, sig)
+
+    def close(self) -> None:
+        os.close(self.pidfd)
 
 
 @functools.cache
@@ -215,7 +312,7 @@ class _Attempt:
         self.turns: list[Turn] = []
         self.output = bytearray()
         self.output_total = 0
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | _Keeper | None = None
         self.cgroup: AttemptCgroup | None = None
         self.scratch: str | None = None
         self.fds: list[int] = []
@@ -266,7 +363,7 @@ class _Attempt:
             "app": [list(f) for f in self.program.files],
             "hidden": list(hidden),
             "tools_only": list(TOOLS_ONLY),
-            "fds": {"requests": req_w, "replies": rep_r, "output": out_w, "seccomp": sec},
+            "fds": keeper.KEEPER_FDS,
             "rlimits": self.limits.rlimits(self.timeout_s),
             "task": task,
             "bwrap": bwrap_argv("rollout", seccomp_fd=5, setenv={"PATH": "/usr/bin"}),
@@ -275,18 +372,19 @@ class _Attempt:
         }
         self.cgroup = AttemptCgroup(self.limits) if root else None
         self.deadline = time.monotonic() + self.timeout_s  # the timeout is the sandbox's, not our set-up's
-        self.proc = subprocess.Popen(
-            [self.program.interpreter, "-I", "-S", keeper.__file__],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={},
-            cwd="/",
-            pass_fds=(req_w, rep_r, out_w, sec),
-            preexec_fn=die_with_parent,
-        )
-        for fd in (req_w, rep_r, out_w, sec):
-            os.close(fd)
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        theirs = [stdin_r, stdout_w, req_w, rep_r, out_w, sec]
+        try:
+            self.proc = _Zygote.of(self.program.interpreter).fork_keeper(theirs)
+        except BaseException:
+            os.close(stdin_w)
+            os.close(stdout_r)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        self.proc.stdin, self.proc.stdout = os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb")
         if self.cgroup is not None:
             self.cgroup.add(self.proc.pid)
         first = self.proc.stdout.readline()
@@ -432,13 +530,16 @@ class _Attempt:
                 self.proc.send_signal(signal.SIGTERM)  # the keeper kills bubblewrap and reaps the whole sandbox
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=5)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            if self.proc.poll() is None:  # the keeper's group: itself, bubblewrap, and the sandbox's init
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             for stream in (self.proc.stdin, self.proc.stdout):
                 if stream is not None:
                     with contextlib.suppress(OSError):
                         stream.close()
+            if isinstance(self.proc, _Keeper):
+                self.proc.close()
         if self.cgroup is not None:
             self.cgroup.kill_and_remove()
         for fd in self.fds:
