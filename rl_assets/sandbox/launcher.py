@@ -187,11 +187,16 @@ class _Keeper:
         self.stdin: typing.BinaryIO | None = None
         self.stdout: typing.BinaryIO | None = None
 
+    def _ended(self, timeout_s: float | None) -> bool:
+        waiting = select.poll()  # not select(): a run of hundreds of trials holds fds above FD_SETSIZE
+        waiting.register(self.pidfd, select.POLLIN)
+        return bool(waiting.poll(None if timeout_s is None else timeout_s * 1000))
+
     def poll(self) -> int | None:
-        return 0 if select.select([self.pidfd], [], [], 0)[0] else None
+        return 0 if self._ended(0) else None
 
     def wait(self, timeout: float | None = None) -> int:
-        if not select.select([self.pidfd], [], [], timeout)[0]:
+        if not self._ended(timeout):
             raise subprocess.TimeoutExpired(f"keeper {self.pid}", timeout or 0)
         return 0
 
