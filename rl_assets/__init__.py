@@ -7,9 +7,6 @@ standard library: the CLI's quick refusals and the sandbox (which sees this file
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 _EXPORTS: dict[str, str] = {
     # The code location.
     "defs": "rl_assets.definitions",
@@ -48,7 +45,9 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
+    import importlib  # here: the sandboxed reference agent imports this file on every attempt
+
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'rl_assets' has no attribute {name!r}")
