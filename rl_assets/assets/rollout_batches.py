@@ -160,47 +160,74 @@ def _evaluations(key: str, result: dg.MaterializeResult) -> list[dg.AssetCheckEv
     ]
 
 
-@dataclass(frozen=True)
+@dataclass
 class _JudgePool:
-    """The ``judge`` pool's slots, claimed in this run's name for one trial at a time."""
+    """The ``judge`` pool's slots, claimed in this run's name for one trial at a time.
+
+    Dagster's slot table bounds judging across every run; within this run, at most the pool's limit of
+    trials ask it at once (``_gate``), and the others wait in this process, each woken the moment a trial's
+    judging ends. Without the gate, a run of 1,024 trials had hundreds of threads polling the slot table
+    (each claim a transaction over the pool's pending steps) while sixteen judged: judging took 230 s.
+    The gate's size is the limit when the run first judges; a limit raised later is used by later runs.
+    """
 
     storage: Any
     run_id: str
+    _gate: threading.Semaphore | None = field(default=None, init=False)
+    _gating: threading.Lock = field(default_factory=threading.Lock, init=False)
 
-    def _limited(self) -> bool:
-        """Whether the pool has a limit to claim against: a pool with none is given the instance's default
-        limit first, and without a default it is unlimited (Dagster's rules for a step's pool)."""
+    def _limit(self) -> int | None:
+        """The limit to claim against, or None: a pool with no row is given the instance's default limit
+        first, and without a default it is unlimited (Dagster's rules for a step's pool)."""
         if not self.storage.supports_global_concurrency_limits:
-            return False
-        if pools.JUDGE in {p.name for p in self.storage.get_pool_limits()}:
-            return True
-        if self.storage.get_pool_config().default_pool_limit is None:
-            return False
+            return None
+        limits = {p.name: p.limit for p in self.storage.get_pool_limits()}
+        if pools.JUDGE in limits:
+            return limits[pools.JUDGE]
+        default = self.storage.get_pool_config().default_pool_limit
+        if default is None:
+            return None
         try:
             self.storage.initialize_concurrency_limit_to_default(pools.JUDGE)
         except SQLAlchemyError:  # another trial (or process) inserted the row first: it is there
             if pools.JUDGE not in {p.name for p in self.storage.get_pool_limits()}:
                 raise
-        return True
+        return default
+
+    def _gate_of(self, limit: int) -> threading.Semaphore:
+        with self._gating:
+            if self._gate is None:
+                self._gate = threading.Semaphore(max(1, limit))
+            return self._gate
 
     @contextmanager
     def slot(self, key: str, log: _QueueLog) -> Iterator[None]:
         step_key = f"rewards[{key}]"
-        if not self._limited():
+        limit = self._limit()
+        if limit is None:
             yield
             return
-        wait = POOL_POLL_S
-        status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
-        if not status.is_claimed:
-            log.info(f"judging {key} blocked by limit for pool {pools.JUDGE}; waiting for a slot")
+        blocked = f"judging {key} blocked by limit for pool {pools.JUDGE}; waiting for a slot"
+        gate = self._gate_of(limit)
+        if not gate.acquire(blocking=False):
+            log.info(blocked)
+            gate.acquire()
+            blocked = ""
         try:
-            while not status.is_claimed and self._limited():  # a limit removed meanwhile frees the waiters
-                time.sleep(wait)  # polling the instance's slot table, as Dagster's own steps do
-                wait = min(POOL_POLL_MAX_S, wait * 2)
-                status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
-            yield
+            wait = POOL_POLL_S
+            status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
+            if not status.is_claimed and blocked:
+                log.info(blocked)
+            try:
+                while not status.is_claimed and self._limit() is not None:  # a limit removed frees the waiters
+                    time.sleep(wait)  # polling the instance's slot table (other runs hold slots), as Dagster's steps do
+                    wait = min(POOL_POLL_MAX_S, wait * 2)
+                    status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
+                yield
+            finally:
+                self.storage.free_concurrency_slot_for_step(self.run_id, step_key)
         finally:
-            self.storage.free_concurrency_slot_for_step(self.run_id, step_key)
+            gate.release()
 
 
 def _run_trial(
