@@ -14,6 +14,7 @@ import json
 import pytest
 
 from rl_assets.domain.experiment import ExperimentConfig
+from rl_assets.domain.waiting import Waiting
 from rl_assets_testkit.expectations import oracle_expectation, table_of
 from rl_assets_testkit.kills import Train, Watch, kill, train_args
 
@@ -72,3 +73,63 @@ def test_one_judge_slot_serializes_calls_and_a_killed_holder_frees_it(home, stor
     assert _blocked_messages(instance, watch), "some judging step waited for the pool"
     assert landed.runs_left_active, "the kill left the holder's run active"
     assert one_judge_slot.get_concurrency_info(POOL).claimed_slots == [], "every slot is free again"
+
+
+def test_a_runs_trials_wait_for_the_judge_pool_in_the_worker_not_on_the_slot_table(instance):
+    """Twelve trials of one run judging under a limit of three: at most three judge at once, each claims a slot of
+    Dagster's table exactly once (the others wait in the worker and are woken as a trial ends, without polling
+    the table), the nine that waited say so, and every slot is free afterwards."""
+    import queue
+    import threading
+    import uuid
+
+    from rl_assets.assets.rollout_batches import _JudgePool, _QueueLog
+
+    storage = instance.event_log_storage
+    storage.set_concurrency_slots(POOL, 3)
+    claims, inside, most, mutex = [], [0], [0], threading.Lock()
+
+    class Counting:
+        """The instance's storage, counting the claims made on its slot table."""
+
+        def __getattr__(self, name: str):
+            return getattr(storage, name)
+
+        def claim_concurrency_slot(self, *args, **kwargs):
+            claims.append(args)
+            return storage.claim_concurrency_slot(*args, **kwargs)
+
+    lines: queue.Queue = queue.Queue()
+    pool = _JudgePool(Counting(), f"test-{uuid.uuid4().hex[:8]}")
+    release = threading.Event()
+
+    def judge(i: int) -> None:
+        with pool.slot(f"s0-p{i}-n0", _QueueLog(lines)):
+            with mutex:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            release.wait(timeout=30)
+            with mutex:
+                inside[0] -= 1
+
+    try:
+        threads = [threading.Thread(target=judge, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        Waiting(timeout_s=30, interval_s=0.01).until("three trials judging at once", lambda: inside[0] == 3)
+        Waiting(timeout_s=30, interval_s=0.01).until("the other nine waiting", lambda: lines.qsize() >= 9)
+        release.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+    finally:
+        storage.delete_concurrency_limit(POOL)
+    assert most[0] == 3
+    assert len(claims) == 12, f"{len(claims)} claims on the slot table for 12 trials"
+    blocked = []
+    while not lines.empty():
+        kind, msg = lines.get_nowait()
+        if "blocked by limit" in msg:
+            blocked.append(msg)
+    assert len(blocked) >= 9
+    assert storage.get_concurrency_info(POOL).claimed_slots == []
