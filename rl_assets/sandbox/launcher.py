@@ -1,7 +1,8 @@
 """The sandbox's outside: start a rollout in bubblewrap, serve its tools, build its rollout from trusted evidence.
 
 A rollout attempt, whatever the caller's uid:
-- a *keeper* (``keeper.py``, trusted) makes its own user and mount namespaces; this process writes their
+- a *keeper* (``keeper.py``, trusted; forked for the attempt by this process's keeper zygote, so no interpreter
+  starts per attempt) makes its own user and mount namespaces; this process writes their
   maps (as root: a fresh unprivileged host uid per attempt, so ``RLIMIT_NPROC`` is the attempt's own;
   otherwise the caller's uid). In its private mount namespace the keeper mounts the fork (an overlay of
   the sealed world whose upper dir is a size-limited tmpfs) and the read-only runtime files;
