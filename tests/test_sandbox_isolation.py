@@ -222,14 +222,14 @@ def test_keepers_are_forked_by_one_zygote_that_dies_with_the_process_and_takes_t
     me = psutil.Process(launching.pid)
 
     def sandbox_up() -> list[psutil.Process]:
-        found = [p for p in me.children(recursive=True) if "/app/main.py" in " ".join(p.cmdline())]
+        found = [p for p in me.children(recursive=True) if "/app/main.py" in _cmdline(p)]
         return found or None
 
     agents = Waiting(timeout_s=60, interval_s=0.05).value(
         sandbox_up, lambda: TimeoutError("the hung attempt's agent did not start")
     )
-    zygotes = [p for p in me.children() if "--serve" in p.cmdline()]
-    assert len(zygotes) == 1, [p.cmdline() for p in me.children()]
+    zygotes = [p for p in me.children() if "--serve" in _cmdline(p)]
+    assert len(zygotes) == 1, [_cmdline(p) for p in me.children()]
     keepers = zygotes[0].children()
     assert len(keepers) == 1 and keepers[0].cmdline() == zygotes[0].cmdline()  # forked, not a new interpreter
     doomed = [zygotes[0], *zygotes[0].children(recursive=True)]
@@ -240,6 +240,14 @@ def test_keepers_are_forked_by_one_zygote_that_dies_with_the_process_and_takes_t
         "the zygote, the keeper and the sandbox ending with the launching process",
         lambda: not any(_alive(p) for p in doomed),
     )
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    """Its command line, or "" for a process that ended or is a zombie (the launcher's short-lived helpers)."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
 
 
 def _alive(proc: psutil.Process) -> bool:
