@@ -35,9 +35,10 @@ from types import TracebackType
 
 from rl_assets.sandbox import keeper, seccomp, task_keeper
 from rl_assets.sandbox.bubblewrap import bubblewrap
-from rl_assets.sandbox.launcher import DEFAULT_LIMITS, SANDBOX_UID, bwrap_argv, die_with_parent, isolation, write_maps
+from rl_assets.sandbox.launcher import DEFAULT_LIMITS, SANDBOX_UID, bwrap_argv, isolation, write_maps
 from rl_assets.sandbox.limits import AttemptCgroup, Limits
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout
+from rl_assets.sandbox.zygote import die_with_parent
 
 DEFAULT_WORKDIR = "/app"
 """Harbor's usual ``WORKDIR``."""

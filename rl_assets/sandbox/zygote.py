@@ -1,0 +1,127 @@
+"""The launching side of the keeper zygote: one per process and interpreter, forking each attempt's keeper.
+
+Starting the keeper as an interpreter of its own cost about 29 ms of CPU an attempt, a third of a reference
+trial's sandbox; ``keeper.py --serve`` (:func:`rl_assets.sandbox.keeper.serve`) has imported the keeper once
+and forks it per attempt. This module starts that zygote, hands it an attempt's fds, and holds the keeper it
+forked through a pidfd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import socket
+import subprocess
+import threading
+import typing
+
+from rl_assets.sandbox import keeper
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGKILLed when the thread that started it ends, in a process group of its own."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setpgrp()
+
+
+class Zygote:
+    """This process's keeper zygote for one interpreter (``keeper.py --serve``): it forks each attempt's keeper.
+
+    Started on first use from a thread of its own that lives as long as the process, since a process's
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that started it ends, and trial threads end. It exits when this
+    process's end of its socket closes: when the process dies, however it dies.
+    """
+
+    _by_interpreter: dict[tuple[int, str], Zygote] = {}
+    _starting = threading.Lock()
+
+    def __init__(self, interpreter: str) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.channel = ours
+        self._mutex = threading.Lock()
+        started: list[subprocess.Popen | BaseException] = []
+        ready = threading.Event()
+
+        def start() -> None:
+            try:
+                started.append(
+                    subprocess.Popen(
+                        [interpreter, "-I", "-S", keeper.__file__, "--serve", str(theirs.fileno())],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        env={},
+                        cwd="/",
+                        pass_fds=(theirs.fileno(),),
+                        preexec_fn=die_with_parent,
+                    )
+                )
+            except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+                started.append(err)
+            finally:
+                theirs.close()
+                ready.set()
+            threading.Event().wait()  # this thread's end would kill the zygote
+
+        threading.Thread(target=start, name="rl-assets-keeper-zygote", daemon=True).start()
+        ready.wait()
+        if isinstance(started[0], BaseException):
+            raise RuntimeError(f"the sandbox keeper's zygote did not start: {started[0]}") from started[0]
+        self.proc = started[0]
+
+    @classmethod
+    def of(cls, interpreter: str) -> Zygote:
+        key = (os.getpid(), interpreter)
+        with cls._starting:
+            zygote = cls._by_interpreter.get(key)
+            if zygote is None or zygote.proc.poll() is not None:
+                zygote = cls._by_interpreter[key] = cls(interpreter)
+            return zygote
+
+    def fork_keeper(self, fds: list[int]) -> ForkedKeeper:
+        """A new keeper with ``fds`` (its stdin, stdout, then the attempt's fds)."""
+        with self._mutex:
+            try:
+                socket.send_fds(self.channel, [b"keeper"], fds)
+                reply = self.channel.recv(256).decode(errors="replace")
+            except OSError as err:
+                raise RuntimeError(f"the sandbox keeper's zygote is gone: {err}") from err
+        if not reply.isdigit():
+            raise RuntimeError(f"the sandbox keeper's zygote could not fork a keeper: {reply or 'it exited'}")
+        return ForkedKeeper(int(reply))
+
+
+class ForkedKeeper:
+    """A keeper the zygote forked: what the attempt needs of a ``Popen`` (pid, pipes, poll, signal, wait), through a
+    pidfd, since the keeper is the zygote's child, not ours (the zygote reaps it; its pid is never mistaken)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)  # before the keeper can exit: it waits for its config, which we send
+        self.stdin: typing.BinaryIO | None = None
+        self.stdout: typing.BinaryIO | None = None
+
+    def _ended(self, timeout_s: float | None) -> bool:
+        waiting = select.poll()  # not select(): a run of hundreds of trials holds fds above FD_SETSIZE
+        waiting.register(self.pidfd, select.POLLIN)
+        return bool(waiting.poll(None if timeout_s is None else timeout_s * 1000))
+
+    def poll(self) -> int | None:
+        return 0 if self._ended(0) else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended(timeout):
+            raise subprocess.TimeoutExpired(f"keeper {self.pid}", timeout or 0)
+        return 0
+
+    def send_signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, sig)
+
+    def close(self) -> None:
+        os.close(self.pidfd)
