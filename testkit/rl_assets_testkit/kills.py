@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -367,6 +368,28 @@ def sigkill(procs: Iterable[psutil.Process], timeout: float = 30) -> list[int]:
     return [p.pid for p in procs]
 
 
+def sigkill_tree(roots: Iterable[psutil.Process], spare: Iterable[int] = ()) -> list[int]:
+    """SIGKILL ``roots`` and all their descendants but ``spare``, with none forking past the kill.
+
+    A snapshot of a tree goes stale while it is killed: a worker can start a child (a container runtime's
+    client creating a sidecar) after the snapshot and before its own SIGKILL, and that child lives on. So the
+    tree is stopped first (a stopped process forks nothing), scanned again until a pass finds no process it
+    had not stopped, and only then killed.
+    """
+    spare = set(spare)
+    stopped: dict[int, psutil.Process] = {}
+    while found := [
+        p for p in _descendants([*roots, *stopped.values()]) if p.pid not in spare and p.pid not in stopped
+    ]:
+        for proc in found:
+            try:
+                proc.send_signal(signal.SIGSTOP)
+            except psutil.Error:
+                pass
+            stopped[proc.pid] = proc
+    return sigkill(stopped.values())
+
+
 def kill_train_tree(train: Train, watch: Watch, home: Path) -> list[int]:
     """SIGKILL everything that trains the experiment: the CLI first (it restarts no daemon), then the daemon's
     session (it launches no more workers), then every run worker of the experiment and its sandboxes.
@@ -375,18 +398,15 @@ def kill_train_tree(train: Train, watch: Watch, home: Path) -> list[int]:
     active runs are scanned again until a pass finds no live worker.
     """
     services = service_pids(home)
-    root = psutil.Process(train.proc.pid)
-    killed = sigkill([p for p in _descendants([root]) if p.pid not in services])
+    killed = sigkill_tree([psutil.Process(train.proc.pid)], spare=services)
     daemon = LocalDaemon(Home(home)).session()
-    tree = [p for p in _descendants(daemon.members() if daemon is not None else []) if p.pid not in services]
-    killed += sigkill(tree)
+    killed += sigkill_tree(daemon.members() if daemon is not None else [], spare=services)
     train.proc.wait()
     for _ in range(20):
         workers = [w for w in (worker_of(r) for r in watch.active_runs()) if w is not None]
-        workers = [p for p in _descendants(workers) if p.pid not in services]
-        if not workers:
+        if not (pids := sigkill_tree(workers, spare=services)):
             break
-        killed += sigkill(workers)
+        killed += pids
     return killed
 
 
