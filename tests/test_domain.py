@@ -179,6 +179,7 @@ def test_worlds_and_fault_draws_agree_with_the_spec_oracle():
 def test_a_trial_looked_up_by_its_slot_is_the_spec_the_step_plans(fields):
     config = ExperimentConfig(**fields)
     for step in (0, 7):
+        assert config.trial_ids(step) == [spec.trial_id for spec in config.trials(step)]
         for spec in config.trials(step):
             assert config.trial(step, spec.trial_id.split("-", 1)[1]) == spec
     for slot in ("p12-n0", "p0-n5", "p01-n0", "p0-n01", "p-1-n0", "x0-n0", "p0", "nope-n0", "fix-it-n3", ""):

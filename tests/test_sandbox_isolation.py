@@ -17,7 +17,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.waiting import Waiting
 from rl_assets.domain.world import world_documents, world_secret
 from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV
-from rl_assets.sandbox import bubblewrap, launcher
+from rl_assets.sandbox import bubblewrap, launcher, limits
 from rl_assets.sandbox.bubblewrap import SandboxUnavailable
 from rl_assets.sandbox.launcher import (
     REFERENCE_AGENT,
@@ -26,6 +26,7 @@ from rl_assets.sandbox.launcher import (
     isolation,
     run_sandbox,
 )
+from rl_assets.sandbox.limits import PREFIX
 from rl_assets.sandbox.protocol import SandboxFault, SandboxRequest
 from rl_assets.sandbox.runner import ForkTools
 from rl_assets.worlds.local import LocalWorlds, WorldTamperedError, tree_hash
@@ -272,3 +273,22 @@ def test_a_process_holding_more_than_fd_setsize_fds_still_runs_sandboxes(worlds)
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_dead_launchers_attempt_cgroups_are_swept_once_a_minute_not_before_every_attempt(tmp_path, monkeypatch):
+    """A hierarchy (a directory standing in for one) holds attempt cgroups of a launcher that died and of this
+    one: a sweep removes only the dead one's, and the next attempts do not list the hierarchy again until
+    ``SWEEP_EVERY_S`` has passed (listing it before every attempt was quadratic in the attempts in flight)."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    monkeypatch.setattr(limits, "_last_sweep", {})
+    theirs, ours = tmp_path / f"{PREFIX}{dead.pid}-a", tmp_path / f"{PREFIX}{os.getpid()}-b"
+    theirs.mkdir(), ours.mkdir()
+    limits._remove_orphans(tmp_path)
+    assert not theirs.exists() and ours.exists()
+    theirs.mkdir()
+    limits._remove_orphans(tmp_path)
+    assert theirs.exists(), "swept again within the minute"
+    limits._last_sweep[tmp_path] -= limits.SWEEP_EVERY_S  # the minute has passed
+    limits._remove_orphans(tmp_path)
+    assert not theirs.exists() and ours.exists()

@@ -21,6 +21,7 @@ judge step of a run of its own does, so ``dagster instance concurrency set judge
 across every run; a killed worker's slots are freed with its run (``free_slots_after_run_end_seconds``).
 """
 
+import contextlib
 import queue
 import threading
 import time
@@ -118,7 +119,8 @@ class _Provenance:
         graph = context.repository_def.asset_graph
         self.nodes = {asset: graph.get(dg.AssetKey(asset)) for asset in ("trajectories", "rewards")}
 
-    def tags(self, asset: str, data_version: str | None) -> dict[str, str]:
+    def inputs(self, asset: str) -> dict[str, str]:
+        """The asset's code version and input tags: its parents' latest events, read now (one query)."""
         node = self.nodes[asset]
         parents = sorted(node.parent_keys)
         records = {r.asset_entry.asset_key: r.asset_entry for r in self.instance.get_asset_records(parents)}
@@ -133,10 +135,33 @@ class _Provenance:
                 (found.tags or {}).get(DATA_VERSION_TAG, "INITIAL") if found else "INITIAL"
             )
             tags[INPUT_EVENT_POINTER_TAG + parent.to_user_string()] = str(event.storage_id) if event else "NULL"
-        if data_version is not None:
+        return tags
+
+    def recorded(self, ended: list[_Ended]) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
+        """The ended trials' events with their provenance, every trajectory first.
+
+        Each asset's parents are read once for the whole batch, after the trajectories are logged: a reward's
+        pointer to the trajectories is then at least as new as its own trial's trajectory, as its own step's
+        would be. Read per materialization, this was an eighth of a 256-trial worker's CPU.
+        """
+        trajectories = [e for item in ended for e in item.events if _of(e, "trajectories")]
+        rest = [e for item in ended for e in item.events if not _of(e, "trajectories")]
+        for asset, events in (("trajectories", trajectories), ("rewards", rest)):
+            inputs = self.inputs(asset) if any(_of(e, asset) for e in events) else {}
+            for event in events:  # in each trial's order: a check follows the materialization it evaluates
+                yield self._tagged(event, inputs) if isinstance(event, dg.AssetMaterialization) else event
+
+    @staticmethod
+    def _tagged(event: dg.AssetMaterialization, inputs: dict[str, str]) -> dg.AssetMaterialization:
+        tags = dict(inputs)
+        if (data_version := (event.tags or {}).get(DATA_VERSION_TAG)) is not None:
             tags[DATA_VERSION_TAG] = data_version
             tags[DATA_VERSION_IS_USER_PROVIDED_TAG] = "true"
-        return tags
+        return dg.AssetMaterialization(event.asset_key, partition=event.partition, metadata=event.metadata, tags=tags)
+
+
+def _of(event: object, asset: str) -> bool:
+    return isinstance(event, dg.AssetMaterialization) and event.asset_key.path == [asset]
 
 
 def _materialization(asset: str, key: str, result: dg.MaterializeResult) -> dg.AssetMaterialization:
@@ -303,24 +328,24 @@ def roll_out_trials(
     ok = 0
     remaining = len(config.trials)
     while remaining:
-        kind, item = out.get()
-        if kind == "info":
-            context.log.info(item)
-        elif kind == "warning":
-            context.log.warning(item)
-        else:
-            remaining -= 1
-            for event in item.events:  # in order: a trial's trajectory is an input of its reward
-                if isinstance(event, dg.AssetMaterialization):
-                    asset = event.asset_key.to_user_string()
-                    tags = provenance.tags(asset, (event.tags or {}).get(DATA_VERSION_TAG))
-                    event = dg.AssetMaterialization(
-                        event.asset_key, partition=event.partition, metadata=event.metadata, tags=tags
-                    )
-                yield event
+        drained = [out.get()]
+        with contextlib.suppress(queue.Empty):
+            while True:  # every trial that ended meanwhile: their events are logged as one batch
+                drained.append(out.get_nowait())
+        ended: list[_Ended] = []
+        for kind, item in drained:
+            if kind == "info":
+                context.log.info(item)
+            elif kind == "warning":
+                context.log.warning(item)
+            else:
+                ended.append(item)
+        remaining -= len(ended)
+        yield from provenance.recorded(ended)
+        for item in ended:
             if item.error is not None:
                 failed.append(f"{item.key}: {item.error.splitlines()[0] if item.error else ''}")
-            elif any(isinstance(e, dg.AssetMaterialization) and e.asset_key.path == ["rewards"] for e in item.events):
+            elif any(_of(e, "rewards") for e in item.events):
                 ok += 1
     if failed:
         raise dg.Failure(

@@ -17,7 +17,7 @@ from rl_assets.driver.planner import Plan
 
 def units(p: Plan) -> tuple[int, int]:
     """(done, total): trials settled (ok or failed for good) and steps trained, out of the whole experiment's."""
-    trials_per_step = len(p.config.trials(0))
+    trials_per_step = len(p.config.trial_slots())
     total = p.config.steps * (trials_per_step + 1)
     done = p.settled * (trials_per_step + 1)
     done += sum(s.count("ok") + s.count("failed") + (1 if s.trained else 0) for s in p.steps)

@@ -383,6 +383,11 @@ class ExperimentConfig(BaseModel):
             return [f"{t}-n{n}" for t in self.task_names for n in range(self.samples)]
         return [f"p{p}-n{n}" for p in range(self.prompts) for n in range(self.samples)]
 
+    def trial_ids(self, step: int) -> list[str]:
+        """The step's trial ids in canonical order, made without their specs: the planner and the progress line
+        read them on every tick, and a spec is a validated model (256 of them were 40% of a tick's CPU)."""
+        return sorted(f"s{step}-{slot}" for slot in self.trial_slots())
+
     def trials(self, step: int) -> list[TrialSpec]:
         """The step's trial specs, sorted by trial id (the canonical order)."""
         count = len(self.task_names) if self.tasks is not None else self.prompts

@@ -335,7 +335,7 @@ def plan(instance: DagsterInstance, stores: Stores, config: ExperimentConfig, ru
             if worlds_missing:
                 return Plan(scoring, worlds_missing, [], launches)
 
-    trial_keys = {s: {t.trial_id: _trial_key(config, t.trial_id) for t in config.trials(s)} for s in open_steps}
+    trial_keys = {s: {t: _trial_key(config, t) for t in config.trial_ids(s)} for s in open_steps}
     runs.load_units([key for s in open_steps for key in (config.step_key(s), *trial_keys[s].values())])
     runs.load_batches([config.step_key(s) for s in open_steps])
     if rescoring:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,9 @@ from rl_assets.domain.waiting import Waiting
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "rl-assets-"
+SWEEP_EVERY_S = 60.0
+"""How often a process looks for dead launchers' attempt cgroups, per hierarchy."""
+_last_sweep: dict[Path, float] = {}
 """Attempt cgroups are ``rl-assets-<launcher pid>-<random>``: one whose launcher is dead was left by a SIGKILL."""
 
 
@@ -111,7 +115,16 @@ class AttemptCgroup:
 
 
 def _remove_orphans(parent: Path) -> None:
-    """Remove the empty attempt cgroups of launchers that died (SIGKILLed mid-attempt, they could not)."""
+    """Remove the empty attempt cgroups of launchers that died (SIGKILLed mid-attempt, they could not).
+
+    At most once every ``SWEEP_EVERY_S`` per hierarchy and process: a sweep lists every attempt's cgroup,
+    so sweeping before each attempt was quadratic in the attempts in flight (with 256 starting at once,
+    an eighth of the rollout worker's CPU).
+    """
+    now = time.monotonic()
+    if parent in _last_sweep and now - _last_sweep[parent] < SWEEP_EVERY_S:
+        return
+    _last_sweep[parent] = now
     for path in parent.glob(f"{PREFIX}*"):
         pid = path.name[len(PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():

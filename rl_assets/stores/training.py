@@ -65,7 +65,7 @@ class StepSummary:
             config.name,
             config.rubric,
             step,
-            len(config.trials(step)),
+            len(config.trial_slots()),
             len(batch),
             mean_reward,
             mean_turns,
