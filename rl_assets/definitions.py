@@ -33,7 +33,7 @@ def load_definitions() -> dg.Definitions:
     from rl_assets.assets.weights import weights
     from rl_assets.assets.worlds import worlds
     from rl_assets.driver.deployment import resources
-    from rl_assets.driver.jobs import judge_job, rollout_job, train_job, trial_job, world_job
+    from rl_assets.driver.jobs import judge_job, rollout_job, rollout_pods_job, train_job, trial_job, world_job
     from rl_assets.driver.launchpad import fork_experiment_job, rescore_experiment_job, start_experiment_job
     from rl_assets.driver.rubric_observer import rubric_observer
     from rl_assets.driver.sensor import driver_sensor, rubric_sensor, training_sensor
@@ -45,6 +45,7 @@ def load_definitions() -> dg.Definitions:
             trial_job,
             judge_job,
             rollout_job,
+            rollout_pods_job,
             train_job,
             start_experiment_job,
             fork_experiment_job,
@@ -86,6 +87,10 @@ def get_rollout_job() -> dg.JobDefinition:
     return get_job("rollout_job")
 
 
+def get_rollout_pods_job() -> dg.JobDefinition:
+    return get_job("rollout_pods_job")
+
+
 def get_train_job() -> dg.JobDefinition:
     return get_job("train_job")
 
@@ -95,5 +100,6 @@ RECONSTRUCTABLE_JOBS = {
     "trial_job": get_trial_job,
     "judge_job": get_judge_job,
     "rollout_job": get_rollout_job,
+    "rollout_pods_job": get_rollout_pods_job,
     "train_job": get_train_job,
 }

@@ -329,3 +329,12 @@ def test_the_launchpad_refuses_a_bad_rescore_config_and_records_nothing(
     config = {"experiment": lp_parent, "rubric": "v2-efficiency", **fields}
     assert f"invalid config: {message}" in _failure("rescore_experiment_job", "rescore_experiment", config, instance)
     assert stores.scorings.requested(lp_parent) == []
+
+
+def test_a_rollout_run_that_would_neither_roll_out_nor_judge_is_refused_by_its_config():
+    """``judge_only`` and ``rollout_only`` together would do nothing: the run's config says why, before any trial."""
+    from rl_assets.assets.rollout_batches import RolloutBatchConfig
+
+    with pytest.raises(ValueError, match="judge_only or rollout_only, not both"):
+        RolloutBatchConfig(trials=["ref/s0|p0-n0"], judge_only=True, rollout_only=True)
+    assert RolloutBatchConfig(trials=["ref/s0|p0-n0"], rollout_only=True).rollout_only

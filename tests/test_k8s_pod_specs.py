@@ -34,9 +34,10 @@ from fakes.k8s_schemas import validate
 from fakes.pod_security import BASELINE, RESTRICTED, violations
 from kubernetes.client import ApiClient
 
-from rl_assets.definitions import defs
+from rl_assets.assets.rollout_batches import batch_run_config
+from rl_assets.definitions import defs, get_rollout_job, get_rollout_pods_job
 from rl_assets.driver.jobs import train_job, trial_job
-from rl_assets.kubernetes import K8sSettings, k8s_executor, rollout_pod, world_build_tags
+from rl_assets.kubernetes import K8sSettings, batch_run_tags, k8s_executor, rollout_pod, world_build_tags
 from rl_assets.kubernetes.names import TIER_LABEL, WORLD_VOLUME, fork_claim_name
 from rl_assets.kubernetes.pod_specs import (
     FORK_MOUNT,
@@ -48,7 +49,7 @@ from rl_assets.kubernetes.pod_specs import (
     RUNTIME_UID,
     WORLD_MOUNT,
 )
-from rl_assets.kubernetes.tiers import JUDGE, ROLLOUT, TRAIN, TRIAL
+from rl_assets.kubernetes.tiers import JUDGE, JUDGE_BATCH, ROLLOUT, TRAIN, TRIAL, TRIAL_BATCH
 
 HELM_VALUES = Path(__file__).parents[1] / "deploy" / "helm" / "dagster-values.yaml"
 IMAGE = "rl-assets:0.1.0"
@@ -331,3 +332,40 @@ def test_world_build_run_worker_gets_an_ephemeral_world_volume(instance: dg.Dags
     assert {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
     assert pod_spec["automountServiceAccountToken"] is True, "the run worker launches step Jobs"
     assert pod_spec["serviceAccountName"] == RUNNER_SERVICE_ACCOUNT
+
+
+@pytest.mark.parametrize("judge_only", [False, True], ids=["rolling-out", "judging"])
+def test_a_rollout_runs_worker_pod_has_the_token_or_the_judge_key_never_both(
+    instance: dg.DagsterInstance, judge_only: bool
+) -> None:
+    """A rollout run's worker is its trials' step (rollout runs are in process), built by the real run launcher
+    from the run's tags: rolling out, it drives rollout pods with the token; judging, it has the key and no token."""
+    launcher = instance.run_launcher
+    launcher._api_client.batch_api = MagicMock()
+    recon = _recon(get_rollout_job if judge_only else get_rollout_pods_job)
+    run = instance.create_run_for_job(
+        job_def=recon.get_definition(),
+        run_config=batch_run_config(["ref/s0|p0-n0"], judge_only=judge_only, rollout_only=not judge_only),
+        tags=batch_run_tags(judge_only, SETTINGS.judge_key),
+        job_code_origin=recon.get_python_origin(),
+    )
+    launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
+    (call,) = launcher._api_client.batch_api.create_namespaced_job.call_args_list
+    job = _manifest(call.kwargs["body"])
+    validate(job)
+    pod_spec = _pod(job)
+    _assert_hardened(pod_spec)
+    assert violations(pod_spec, BASELINE) == [] and violations(pod_spec, RESTRICTED) == []
+    tier = JUDGE_BATCH if judge_only else TRIAL_BATCH
+    assert job["spec"]["template"]["metadata"]["labels"][TIER_LABEL] == tier.name, "its tier's NetworkPolicy"
+    container = _container(pod_spec)
+    assert container["resources"] == tier.resources() and pod_spec["activeDeadlineSeconds"] == tier.deadline_s
+    assert pod_spec["serviceAccountName"] == RUNNER_SERVICE_ACCOUNT
+    refs = _secret_refs(container)
+    if judge_only:
+        assert pod_spec["automountServiceAccountToken"] is False
+        assert refs[JUDGE_KEY_ENV] == {"name": SETTINGS.judge_key.name, "key": SETTINGS.judge_key.key}
+    else:
+        assert pod_spec["automountServiceAccountToken"] is True, "it clones forks and starts rollout pods"
+        assert JUDGE_KEY_ENV not in refs and all(e["name"] != JUDGE_KEY_ENV for e in container["env"])
+        assert {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]

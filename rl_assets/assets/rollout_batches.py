@@ -19,6 +19,10 @@ check is failed for good at once (its verdict is in the ledger, so judging it ag
 Each trial's judging claims a slot of the ``judge`` pool in the instance's concurrency storage, as a
 judge step of a run of its own does, so ``dagster instance concurrency set judge N`` bounds judge calls
 across every run; a killed worker's slots are freed with its run (``free_slots_after_run_end_seconds``).
+
+On Kubernetes a batch is two runs, as a trial run is two step pods: a ``rollout_pods_job`` run
+(``rollout_only``) whose worker drives each attempt's sandbox pod with the cluster's token and no judge key,
+then a judge-only ``rollout_job`` run whose worker has the key and no token (the driver's sensor splits them).
 """
 
 import contextlib
@@ -31,12 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+import pydantic
 from sqlalchemy.exc import SQLAlchemyError
 
 from rl_assets.assets import pools
 from rl_assets.assets.partitions import parse_trial_partition
-from rl_assets.assets.rewards import reward_of_trial
-from rl_assets.assets.trajectories import trajectory_of
+from rl_assets.assets.rewards import reward_of_trial, rewards
+from rl_assets.assets.trajectories import trajectories, trajectory_of
 from rl_assets.assets.unit_run import UnitRun
 from rl_assets.resources.judge import JudgeResource
 from rl_assets.resources.stores import StoresResource
@@ -44,6 +49,8 @@ from rl_assets.resources.world_store import WorldStoreResource
 from rl_assets.stores.home_stores import Stores
 
 OP_NAME = "roll_out_trials"
+ROLLOUT_PODS_JOB = "rollout_pods_job"
+"""The job whose worker only rolls out (Kubernetes: it has the token and no judge key)."""
 POOL_POLL_S = 0.05
 POOL_POLL_MAX_S = 1.0
 """A trial waiting for a judge slot asks again after this long, doubling up to the most."""
@@ -60,11 +67,23 @@ class RolloutBatchConfig(dg.Config):
     trials: list[str]
     """The trials' partition keys (``exp/s0|p1-n0``), all of one step."""
     judge_only: bool = False
-    """A re-scoring's judgments: the trials' stored trajectories are judged, nothing is generated."""
+    """Judgments only: the trials' stored trajectories are judged, nothing is generated (a re-scoring, or on
+    Kubernetes the judging of trials a ``rollout_only`` run rolled out)."""
+    rollout_only: bool = False
+    """Rollouts only: each trial's trajectory is materialized and nothing is judged. On Kubernetes a rollout run
+    drives the sandbox pods with the cluster's token, and the judge's key goes only to the ``judge_only`` run
+    that judges them (as a trial run's two steps are two pods)."""
+
+    @pydantic.model_validator(mode="after")
+    def _one_half(self) -> "RolloutBatchConfig":
+        if self.judge_only and self.rollout_only:
+            raise ValueError("a rollout run is judge_only or rollout_only, not both")
+        return self
 
 
-def batch_run_config(trials: list[str], judge_only: bool) -> dict:
-    return {"ops": {OP_NAME: {"config": {"trials": trials, "judge_only": judge_only}}}}
+def batch_run_config(trials: list[str], judge_only: bool, rollout_only: bool = False) -> dict:
+    config = {"trials": trials, "judge_only": judge_only, "rollout_only": rollout_only}
+    return {"ops": {OP_NAME: {"config": config}}}
 
 
 def batch_members(run_config: dict) -> list[str]:
@@ -114,17 +133,17 @@ class _Provenance:
     events are what make a partition stale; an unpartitioned one's data version.
     """
 
-    def __init__(self, context: dg.OpExecutionContext) -> None:
-        self.instance = context.instance
-        graph = context.repository_def.asset_graph
-        self.nodes = {asset: graph.get(dg.AssetKey(asset)) for asset in ("trajectories", "rewards")}
+    def __init__(self, instance: dg.DagsterInstance) -> None:
+        self.instance = instance
+        self.assets = {"trajectories": trajectories, "rewards": rewards}
+        """The asset definitions themselves, not the run's repository: a job executed in process has none."""
 
     def inputs(self, asset: str) -> dict[str, str]:
         """The asset's code version and input tags: its parents' latest events, read now (one query)."""
-        node = self.nodes[asset]
-        parents = sorted(node.parent_keys)
+        definition = self.assets[asset]
+        parents = sorted(definition.dependency_keys)
         records = {r.asset_entry.asset_key: r.asset_entry for r in self.instance.get_asset_records(parents)}
-        tags = {CODE_VERSION_TAG: str(node.code_version)}
+        tags = {CODE_VERSION_TAG: str(definition.code_versions_by_key[dg.AssetKey(asset)])}
         for parent in parents:
             entry = records.get(parent)
             event = entry and (entry.last_materialization_record or entry.last_observation_record)
@@ -271,6 +290,8 @@ def _run_trial(
         if not config.judge_only:
             rolled = _attempts(lambda unit: trajectory_of(unit, state, world_store), key, log, tags)
             ended.events.append(_materialization("trajectories", key, rolled))
+        if config.rollout_only:
+            return ended
         with judging.slot(key, log):
             judged = _attempts(lambda unit: reward_of_trial(unit, state, judge), key, log, tags)
     except dg.Failure as err:
@@ -306,12 +327,14 @@ def roll_out_trials(
     world_store: WorldStoreResource,
     judge: JudgeResource,
 ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.Output]:
+    if context.job_name == ROLLOUT_PODS_JOB and not config.rollout_only:
+        raise dg.Failure(f"{ROLLOUT_PODS_JOB} only rolls out (its worker has no judge key): set rollout_only")
     state = stores.stores.pinned()  # the experiment's records read once for all the run's trials
     tags = dict(context.run.tags)
     out: queue.Queue = queue.Queue()
     log = _QueueLog(out)
     judging = _JudgePool(context.instance.event_log_storage, context.run_id)
-    provenance = _Provenance(context)
+    provenance = _Provenance(context.instance)
 
     def work(key: str) -> None:
         try:
@@ -326,6 +349,9 @@ def roll_out_trials(
     context.log.info(f"{len(config.trials)} trials in flight in this worker")
     failed: list[str] = []
     ok = 0
+    goal, one, ended_with = (
+        ("trajectories", "trajectory", "rolled_out") if config.rollout_only else ("rewards", "reward", "rewarded")
+    )
     remaining = len(config.trials)
     while remaining:
         drained = [out.get()]
@@ -345,13 +371,13 @@ def roll_out_trials(
         for item in ended:
             if item.error is not None:
                 failed.append(f"{item.key}: {item.error.splitlines()[0] if item.error else ''}")
-            elif any(_of(e, "rewards") for e in item.events):
+            elif any(_of(e, goal) for e in item.events):
                 ok += 1
     if failed:
         raise dg.Failure(
-            f"{len(failed)} of {len(config.trials)} trials did not end with a reward; "
+            f"{len(failed)} of {len(config.trials)} trials did not end with a {one}; "
             f"the driver retries or gives up on each: {'; '.join(failed[:5])}",
-            metadata={"trials": len(config.trials), "rewarded": ok, "failed": len(failed)},
+            metadata={"trials": len(config.trials), ended_with: ok, "failed": len(failed)},
             allow_retries=False,
         )
-    yield dg.Output(None, metadata={"trials": len(config.trials), "rewarded": ok})
+    yield dg.Output(None, metadata={"trials": len(config.trials), ended_with: ok})

@@ -1,7 +1,7 @@
 """What one trial's work needs of the run carrying it: its partition, its attempt, a log and the run's tags.
 
 A trial's rollout and its judging run either as the ``trajectories`` and ``rewards`` assets of a run of
-their own (a UI backfill, a Kubernetes pod per trial), or as one of many trials in a rollout run
+their own (a UI backfill, ``--trials-per-run 1``), or as one of many trials in a rollout run
 (:mod:`rl_assets.assets.rollout_batches`). Both hand the same functions a :class:`UnitRun`, so a trial's
 records, retries and metadata are the same whichever run carried it.
 """

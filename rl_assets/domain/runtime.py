@@ -102,8 +102,8 @@ class ExecutionSettings(BaseModel):
         le=MAX_CONCURRENT_TRIALS,
         description=(
             f"Trials of one step the driver puts in one rollout run (1 to {MAX_CONCURRENT_TRIALS}), each with its "
-            "own sandbox, records and retries; 1: a run and a worker process per trial (always so on Kubernetes, "
-            "a pod per trial)."
+            "own sandbox, records and retries (on Kubernetes each attempt's sandbox a pod, driven by the run's "
+            "worker pod); 1: a run and a worker process per trial (on Kubernetes, a step pod per trial)."
         ),
     )
 

@@ -111,3 +111,14 @@ def launch_tags(job: str, partition_key: str, world_store: Any) -> dict[str, str
     from rl_assets.kubernetes import world_build_tags
 
     return world_build_tags(partition_key, world_store.storage_class, world_store.world_size)
+
+
+def batch_tags(judge_only: bool) -> dict[str, str]:
+    """Extra tags of a rollout run the driver sensor requests: on Kubernetes its worker pod's tier, with the
+    token to drive rollout pods or the judge's key to judge, never both (:func:`~rl_assets.kubernetes.
+    pod_specs.batch_run_tags`)."""
+    if current() == "local":
+        return {}
+    from rl_assets.kubernetes import batch_run_tags
+
+    return batch_run_tags(judge_only, _k8s_settings().judge_key)

@@ -5,8 +5,9 @@
   processes with their own retries: a crash while judging never regenerates;
 - ``judge_job``: one trial's judging alone, for re-scoring stored trajectories;
 - ``rollout_job``: many trials (or a re-scoring's judgments) of one step in one run, each in a thread of
-  its worker with its own records: what the local driver launches
-  (:mod:`rl_assets.assets.rollout_batches`);
+  its worker with its own records: what the driver launches (:mod:`rl_assets.assets.rollout_batches`);
+- ``rollout_pods_job``: on Kubernetes, a batch's rollouts alone, each attempt's sandbox a pod, driven by one
+  worker that holds no judge key; a judge-only ``rollout_job`` run judges them;
 - ``train_job``: one training step on the Ray trainer.
 
 Judging and training read the rubric from the run's ``rl/rubric`` tag (the
@@ -21,13 +22,14 @@ import dagster as dg
 
 from rl_assets.assets.partitions import STEP, TRIAL, WORLD
 from rl_assets.assets.rewards import rewards
-from rl_assets.assets.rollout_batches import roll_out_trials
+from rl_assets.assets.rollout_batches import ROLLOUT_PODS_JOB, roll_out_trials
 from rl_assets.assets.task_images import task_images
 from rl_assets.assets.trajectories import trajectories
 from rl_assets.assets.weights import weights
 from rl_assets.assets.worlds import worlds
 from rl_assets.domain.run_tags import KIND_TAG
-from rl_assets.driver.deployment import unit_executor
+from rl_assets.driver.deployment import resources, unit_executor
+from rl_assets.resources.judge import JudgeResource
 
 world_job = dg.define_asset_job(
     "world_job",
@@ -73,4 +75,18 @@ train_job = dg.define_asset_job(
     description="A step's trials in one worker, each in a thread with its own sandbox, records and retries.",
 )
 def rollout_job() -> None:
+    roll_out_trials()
+
+
+@dg.job(
+    name=ROLLOUT_PODS_JOB,
+    executor_def=dg.in_process_executor,
+    resource_defs={**resources(), "judge": JudgeResource()},  # a judge without a key: it never judges
+    tags={KIND_TAG: "rollouts", "dagster/max_retries": "0"},
+    description=(
+        "Kubernetes: a step's trials rolled out by one worker, each attempt's sandbox a pod of its own "
+        "(rollout_only); a judge-only rollout_job run, in a pod with the judge's key, judges them."
+    ),
+)
+def rollout_pods_job() -> None:
     roll_out_trials()

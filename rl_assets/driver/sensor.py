@@ -9,7 +9,8 @@ deterministic (experiment, job, partition, generation, rubric), so a second
 tick, or a second daemon, never launches the same unit twice. The rollout
 lane caps each experiment's trials in flight at ``max_concurrent_trials``,
 launches a step's trials together as rollout runs of up to ``trials_per_run``
-trials each (locally; :mod:`rl_assets.assets.rollout_batches`), and
+trials each (:mod:`rl_assets.assets.rollout_batches`; on Kubernetes a batch's
+rollouts and its judging are runs of their own, see :func:`_halves`), and
 gives up on units whose runs keep failing
 (:func:`~rl_assets.driver.planner.give_up_on_crashing`); the training lane
 restarts the home's Ray head before a training run if it died.
@@ -45,7 +46,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 from dagster import DagsterInstance
@@ -55,15 +56,23 @@ from rl_assets.application import experiments
 from rl_assets.application.experiments import Refused
 from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
 from rl_assets.assets.pools import POOLS
-from rl_assets.assets.rollout_batches import batch_run_config
+from rl_assets.assets.rollout_batches import ROLLOUT_PODS_JOB, batch_run_config
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.hashing import content_hash
 from rl_assets.domain.run_tags import EXPERIMENT_TAG, ROLLOUT_STEP_TAG, RUBRIC_TAG
 from rl_assets.domain.waiting import Waiting
-from rl_assets.driver.deployment import current, launch_tags, rescore_experiments
+from rl_assets.driver.deployment import batch_tags, current, launch_tags, rescore_experiments
 from rl_assets.driver.failure_watch import run_error
-from rl_assets.driver.jobs import judge_job, rollout_job, train_job, trial_job, world_job
-from rl_assets.driver.planner import ACTIVE_STATUSES, UNIT_JOBS, Launch, Plan, give_up_on_crashing, plan
+from rl_assets.driver.jobs import judge_job, rollout_job, rollout_pods_job, train_job, trial_job, world_job
+from rl_assets.driver.planner import (
+    ACTIVE_STATUSES,
+    UNIT_JOBS,
+    Launch,
+    Plan,
+    give_up_on_crashing,
+    materialized_partitions,
+    plan,
+)
 from rl_assets.driver.tick_instance import tick_instance
 from rl_assets.home.layout import Home
 from rl_assets.home.services.ray_head import LocalRayHead
@@ -162,10 +171,12 @@ def run_requests_of(
     warn: Callable[[str], None],
     jobs: tuple[str, ...],
     explain: Callable[[str], str | None] = lambda run_id: None,
+    rolled_out: Callable[[set[str]], set[str]] = lambda keys: set(),
 ) -> list[dg.RunRequest]:
     """The plans' launches of ``jobs`` as run requests: less the units given up on, at most the cap of trials in
     flight. Units given up on are warned about by the lane that would launch them; ``explain`` gives a failed
-    run's error, recorded with a trial given up on."""
+    run's error, recorded with a trial given up on; ``rolled_out`` says which trial partitions have a
+    trajectory (on Kubernetes those are judged by a run of their own, see :func:`_halves`)."""
     requests = []
     for p in plans:
         triage = give_up_on_crashing(state, p, explain)
@@ -185,7 +196,7 @@ def run_requests_of(
                 if room <= 0:
                     continue
                 room -= 1
-                if current() == "local" and execution.trials_per_run > 1:
+                if execution.trials_per_run > 1:
                     batches[launch.job, launch.tags[STEP_DIMENSION_TAG]].append(launch)
                     continue
             if launch.job == "train_job":
@@ -201,14 +212,37 @@ def run_requests_of(
                     tags={**launch.tags, **launch_tags(launch.job, launch.partition_key, world_store)},
                 )
             )
-        for (job, step_key), members in batches.items():
-            for start in range(0, len(members), execution.trials_per_run):
-                requests.append(_rollout_request(p, job, step_key, members[start : start + execution.trials_per_run]))
+        for (job, step_key), launches in batches.items():
+            for half, members in _halves(job, launches, rolled_out):
+                for start in range(0, len(members), execution.trials_per_run):
+                    chunk = members[start : start + execution.trials_per_run]
+                    requests.append(_rollout_request(p, half, step_key, chunk))
     return requests
 
 
-def _rollout_request(p: Plan, job: str, step_key: str, members: list[Launch]) -> dg.RunRequest:
-    """One rollout run for these trials (or judgments, ``judge_job``) of a step.
+Half = Literal["both", "rollout", "judge"]
+
+
+def _halves(job: str, launches: list[Launch], rolled_out: Callable[[set[str]], set[str]]) -> list[tuple[Half, list]]:
+    """What the rollout runs of a step's launches do: a re-scoring's (``judge_job``) judge; a trial's roll out
+    and judge in one thread, locally. On Kubernetes a trial's rollout and its judging are runs of their own,
+    as a trial run's are step pods of their own: a worker that drives rollout pods holds the cluster's token
+    and no judge key, one that judges the key and no token. So a trial whose trajectory exists is judged, and
+    one without is rolled out (its judging is the next run's)."""
+    if job == "judge_job":
+        return [("judge", launches)]
+    if current() == "local":
+        return [("both", launches)]
+    done = rolled_out({launch.partition_key for launch in launches})
+    halves: list[tuple[Half, list]] = [
+        ("judge", [launch for launch in launches if launch.partition_key in done]),
+        ("rollout", [launch for launch in launches if launch.partition_key not in done]),
+    ]
+    return [(half, members) for half, members in halves if members]
+
+
+def _rollout_request(p: Plan, half: Half, step_key: str, members: list[Launch]) -> dg.RunRequest:
+    """One rollout run for these trials (or judgments) of a step.
 
     Its run key names the trials and each one's generation (its runs so far, rollout runs included), so a
     second tick asks for the same run, and a trial that a killed run left unfinished goes in a new one.
@@ -217,11 +251,17 @@ def _rollout_request(p: Plan, job: str, step_key: str, members: list[Launch]) ->
     generations = {m.partition_key: m.generation for m in members}
     digest = content_hash([[k, generations[k]] for k in keys])[:16]
     rubric = members[0].tags[RUBRIC_TAG]
+    job = ROLLOUT_PODS_JOB if half == "rollout" else "rollout_job"
     return dg.RunRequest(
-        run_key=f"{p.config.name}:rollout_job:{step_key}:{digest}:{rubric}",
-        job_name="rollout_job",
-        run_config=batch_run_config(keys, judge_only=job == "judge_job"),
-        tags={EXPERIMENT_TAG: p.config.name, RUBRIC_TAG: rubric, ROLLOUT_STEP_TAG: step_key},
+        run_key=f"{p.config.name}:{job}:{step_key}:{digest}:{rubric}",
+        job_name=job,
+        run_config=batch_run_config(keys, judge_only=half == "judge", rollout_only=half == "rollout"),
+        tags={
+            EXPERIMENT_TAG: p.config.name,
+            RUBRIC_TAG: rubric,
+            ROLLOUT_STEP_TAG: step_key,
+            **batch_tags(judge_only=half == "judge"),
+        },
     )
 
 
@@ -291,7 +331,13 @@ def _drive(
         seen = _last_change(instance, state)
         plans = _open_plans(instance, state)
         run_requests = run_requests_of(
-            state, plans, world_store, context.log.warning, jobs, partial(run_error, instance)
+            state,
+            plans,
+            world_store,
+            context.log.warning,
+            jobs,
+            partial(run_error, instance),
+            partial(materialized_partitions, instance, "trajectories"),
         )
         partitions = partition_requests_of(instance, plans) if "trial_job" in jobs else []
         if run_requests or partitions:
@@ -303,7 +349,7 @@ def _drive(
 
 
 @dg.sensor(
-    jobs=[world_job, trial_job, judge_job, rollout_job],
+    jobs=[world_job, trial_job, judge_job, rollout_job, rollout_pods_job],
     minimum_interval_seconds=1,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(

@@ -39,7 +39,7 @@ from rl_assets.kubernetes.names import (
     rollout_pod_name,
     world_value,
 )
-from rl_assets.kubernetes.tiers import JUDGE, ROLLOUT, TRAIN, TRIAL, Tier
+from rl_assets.kubernetes.tiers import JUDGE, JUDGE_BATCH, ROLLOUT, TRAIN, TRIAL, TRIAL_BATCH, Tier
 
 USER_DEFINED_K8S_CONFIG_TAG = "dagster-k8s/config"
 FORK_MOUNT = "/world"
@@ -159,6 +159,19 @@ def judge_step_k8s_config(judge_key: SecretKey) -> dict[str, Any]:
     return step_k8s_config(JUDGE, mount_token=False, env=(_secret_env(JUDGE_KEY_ENV, judge_key),))
 
 
+def rollout_batch_k8s_config() -> dict[str, Any]:
+    """The run worker of a ``rollout_pods_job`` run, as the ``trajectories`` step's pod for a batch of trials:
+    the token (it clones forks and starts rollout and task pods), its own name and uid, no judge key."""
+    own = (_own_field_env(POD_NAME_ENV, "metadata.name"), _own_field_env(POD_UID_ENV, "metadata.uid"))
+    return step_k8s_config(TRIAL_BATCH, mount_token=True, env=own)
+
+
+def judge_batch_k8s_config(judge_key: SecretKey) -> dict[str, Any]:
+    """The run worker of a judge-only ``rollout_job`` run, as the ``rewards`` step's pod for a batch: the judge's
+    key by reference, no token."""
+    return step_k8s_config(JUDGE_BATCH, mount_token=False, env=(_secret_env(JUDGE_KEY_ENV, judge_key),))
+
+
 def train_step_k8s_config(ray_token: SecretKey) -> dict[str, Any]:
     """The ``weights`` step: the RayCluster's only client, authenticated by the cluster's token from its Secret.
 
@@ -196,6 +209,13 @@ def world_build_k8s_config(world_id: str, storage_class: str, size: str) -> dict
         "container_config": {"env": [pod_name], "volumeMounts": [{"name": WORLD_VOLUME, "mountPath": WORLD_MOUNT}]},
         "pod_spec_config": {"volumes": [{"name": WORLD_VOLUME, "ephemeral": {"volumeClaimTemplate": claim_template}}]},
     }
+
+
+def batch_run_tags(judge_only: bool, judge_key: SecretKey) -> dict[str, str]:
+    """The run tags of a rollout run: its worker pod is a batch's ``trajectories`` step (rolling out) or
+    ``rewards`` step (judging), never both, so the token and the judge's key are never in one pod."""
+    config = judge_batch_k8s_config(judge_key) if judge_only else rollout_batch_k8s_config()
+    return {USER_DEFINED_K8S_CONFIG_TAG: json.dumps(config)}
 
 
 def world_build_tags(world_id: str, storage_class: str, size: str) -> dict[str, str]:

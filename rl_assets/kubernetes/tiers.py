@@ -45,3 +45,14 @@ JUDGE = Tier(
     "judge", cpu_request="100m", memory_request="256Mi", cpu_limit="500m", memory_limit="512Mi", deadline_s=600
 )
 TRAIN = Tier("train", cpu_request="100m", memory_request="256Mi", cpu_limit="500m", memory_limit="1Gi", deadline_s=1800)
+TRIAL_BATCH = Tier(
+    "trial", cpu_request="250m", memory_request="512Mi", cpu_limit="2", memory_limit="2Gi", deadline_s=3600
+)
+"""A rollout run's worker (``rollout_pods_job``): it drives a batch of trials, each in a thread, each attempt's
+sandbox a rollout pod with its own deadline; its own deadline bounds the batch. The trial tier's label, so the
+same NetworkPolicy applies (the API server and Postgres, nothing else)."""
+JUDGE_BATCH = Tier(
+    "judge", cpu_request="250m", memory_request="512Mi", cpu_limit="1", memory_limit="1Gi", deadline_s=3600
+)
+"""A judge-only rollout run's worker (``rollout_job``): it judges a batch's stored trajectories, at most the
+``judge`` pool's limit at once. The judge tier's label and NetworkPolicy."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -58,6 +59,8 @@ from rl_assets.tasks.task import Task
 from rl_assets.workloads.seams import AttemptFork, RequestFactory, TaskSession
 from rl_assets.worlds.local import tree_hash
 
+API_CONNECTIONS = 32
+"""Connections the API client keeps for the process's threads (a request beyond them opens one it closes after)."""
 POD_START_ALLOWANCE_S = 120.0
 """How much longer than the rollout's own timeout the step waits for its pod (scheduling, image pull)."""
 
@@ -77,17 +80,25 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
     """How long a task pod may take to be scheduled and pull its image before its attempt fails."""
 
     _api_client: object | None = PrivateAttr(default=None)
+    _client_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _sealed: dict[str, str] = PrivateAttr(default_factory=dict)
 
     def _client(self):
+        """One API client for the process, made once however many trial threads ask at the same time. Its
+        connection pool keeps ``API_CONNECTIONS``: a rollout run's threads each wait on their own pod, and with the
+        client's default (five per CPU) most of their requests would open and close a connection of their own."""
         from kubernetes import client, config
 
-        if self._api_client is None:
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            self._api_client = client.ApiClient()
-        return self._api_client
+        with self._client_lock:
+            if self._api_client is None:
+                try:
+                    config.load_incluster_config()
+                except config.ConfigException:
+                    config.load_kube_config()
+                configuration = client.Configuration.get_default_copy()
+                configuration.connection_pool_maxsize = API_CONNECTIONS
+                self._api_client = client.ApiClient(configuration)
+            return self._api_client
 
     def _volumes(self) -> WorldVolumes:
         from kubernetes import client
@@ -126,11 +137,16 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         return digest
 
     def verified_hash(self, world_id: str) -> str:
-        """The seal from Postgres, O(1): forks are cloned from an immutable VolumeSnapshot, not from the PVC."""
-        seal = _seal(world_id)
-        if seal is None:
-            raise WorldNotSealedError(f"world {world_id} has not been built and snapshotted yet")
-        return seal
+        """The seal from Postgres, O(1): forks are cloned from an immutable VolumeSnapshot, not from the PVC.
+
+        Read once per world by this resource: a seal never changes (the first one stands, and its snapshot is
+        immutable), so a rollout run's trials do not open a connection each; an absent one is asked again."""
+        if world_id not in self._sealed:
+            seal = _seal(world_id)
+            if seal is None:
+                raise WorldNotSealedError(f"world {world_id} has not been built and snapshotted yet")
+            self._sealed[world_id] = seal
+        return self._sealed[world_id]
 
     def audited_hash(self, world_id: str) -> str:
         """The same as :meth:`verified_hash`: a VolumeSnapshot cannot be modified, so there is nothing to re-hash."""

@@ -86,6 +86,12 @@ class FakeKubeApi:
     """``False``: PVCs stay Pending forever (a StorageClass that cannot provision)."""
     restore_size: str = "1Gi"
     pod_script: PodScript = field(default_factory=PodScript)
+    finish_when_pods: int = 0
+    """A pod following ``pod_script`` finishes only once this many such pods exist or existed: a test that a
+    worker drives that many rollout pods at once (a worker that waited on them one by one never gets there)."""
+    pods_created: int = 0
+    peak_pods: int = 0
+    """The most pods present at once."""
     running_tiers: tuple[str, ...] = ("task",)
     """Pods labelled ``rl-assets/tier`` with one of these run until deleted instead of following ``pod_script``."""
     storage: Path | None = None
@@ -165,6 +171,12 @@ class FakeKubeApi:
             "Pod": {"phase": "Pending"},
         }[kind]
         self.objects[(kind, name)] = _Stored(obj)
+        if kind == "Pod":
+            self.pods_created += 1
+            self.peak_pods = max(
+                self.peak_pods,
+                sum(1 for (k, _), o in self.objects.items() if k == "Pod" and o.reads_since_delete is None),
+            )
         if self.storage is not None:
             self._make_volumes(kind, obj)
         return 201, obj
@@ -254,7 +266,11 @@ class FakeKubeApi:
                     }
                 ],
             )
-        elif kind == "Pod" and stored.reads >= self.reads_until_pod_finished:
+        elif (
+            kind == "Pod"
+            and stored.reads >= self.reads_until_pod_finished
+            and self.pods_created >= self.finish_when_pods
+        ):
             script = self.pod_script
             container = stored.obj["spec"]["containers"][0]
             terminated = {"exitCode": script.exit_code, "reason": "Completed" if script.exit_code == 0 else "Error"}
