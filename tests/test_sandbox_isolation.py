@@ -292,3 +292,20 @@ def test_a_dead_launchers_attempt_cgroups_are_swept_once_a_minute_not_before_eve
     limits._last_sweep[tmp_path] -= limits.SWEEP_EVERY_S  # the minute has passed
     limits._remove_orphans(tmp_path)
     assert not theirs.exists() and ours.exists()
+
+
+def test_the_sandbox_runtime_binds_none_of_the_libraries_only_tkinter_needs():
+    """Each bind is a mount bubblewrap remounts after reading the whole mount table again; tkinter cannot run
+    without a display, so the libraries only it links (Tk, X11, fonts) are not bound."""
+    binds, _, interpreter = launcher._find_runtime(os.path.realpath(sys.executable))
+    dynload = list((Path(os.__file__).parent / "lib-dynload").glob("*.so"))  # the base interpreter's stdlib
+
+    def linked(paths: list[Path]) -> set[str]:
+        out = subprocess.run(["ldd", *map(str, paths)], capture_output=True, text=True).stdout
+        return {os.path.realpath(line.split("=>")[1].split()[0]) for line in out.splitlines() if "=> /" in line}
+
+    tk = [p for p in dynload if p.name.startswith("_tkinter")]
+    only_tk = linked(tk) - linked([Path(interpreter), *(p for p in dynload if p not in tk)]) if tk else set()
+    bound = {os.path.realpath(source) for source, _ in binds}
+    assert not only_tk & bound, sorted(only_tk & bound)
+    assert os.path.realpath(interpreter) in bound

@@ -118,6 +118,10 @@ _SYSCONFIG = (
 Runtime = tuple[tuple[tuple[str, str], ...], tuple[str, ...], str]
 
 
+RUNTIME_FORMAT = 2
+"""Part of the runtime cache's key: a new format (2: without tkinter's libraries) finds the runtime again."""
+
+
 @functools.cache
 def _runtime(interpreter: str) -> Runtime:
     """(binds, hidden dirs, interpreter), cached per user: finding the libraries costs seconds on a loaded machine.
@@ -126,7 +130,8 @@ def _runtime(interpreter: str) -> Runtime:
     what is bound into every sandbox; it is keyed by the interpreter's and its stdlib's identity.
     """
     interpreter = os.path.realpath(interpreter)
-    key = hashlib.sha256(f"{interpreter}|{os.stat(interpreter).st_mtime_ns}|{sys.version}".encode()).hexdigest()
+    identity = f"{RUNTIME_FORMAT}|{interpreter}|{os.stat(interpreter).st_mtime_ns}|{sys.version}"
+    key = hashlib.sha256(identity.encode()).hexdigest()
     cache = Path.home() / ".cache" / "rl-assets" / f"sandbox-runtime-{key[:16]}.json"
     with contextlib.suppress(OSError, ValueError):
         binds, hidden, cached = json.loads(cache.read_text())
@@ -142,12 +147,18 @@ def _runtime(interpreter: str) -> Runtime:
 
 
 def _find_runtime(interpreter: str) -> Runtime:
-    """The interpreter, its shared libraries and those of the stdlib's extension modules, the stdlib."""
+    """The interpreter, its shared libraries and those of the stdlib's extension modules, the stdlib.
+
+    Not ``_tkinter``'s (Tk, X11, fonts: 17 of a CPython's 42 libraries): no sandbox has a display, so tkinter
+    could not run in one anyway, and every bind is a mount that bubblewrap remounts read-only after reading
+    the whole mount table again, which was a third of its CPU at each sandbox's start.
+    """
     binds = {interpreter: interpreter}
     paths = json.loads(
         subprocess.run([interpreter, "-I", "-S", "-c", _SYSCONFIG], capture_output=True, check=True).stdout
     )
-    extensions = sorted(str(p) for p in Path(paths[1], "lib-dynload").glob("*.so"))
+    dynload = Path(paths[1], "lib-dynload")
+    extensions = sorted(str(p) for p in dynload.glob("*.so") if not p.name.startswith("_tkinter"))
     ldd = subprocess.run(["ldd", interpreter, *extensions], capture_output=True, text=True).stdout
     for line in ldd.splitlines():  # the shared libraries of the interpreter and of the stdlib's extension modules
         match = re.search(r"(?:=>\s*)?(/\S+)\s+\(0x", line)
