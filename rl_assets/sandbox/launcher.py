@@ -149,9 +149,9 @@ def _runtime(interpreter: str) -> Runtime:
 def _find_runtime(interpreter: str) -> Runtime:
     """The interpreter, its shared libraries and those of the stdlib's extension modules, the stdlib.
 
-    Not ``_tkinter``'s (Tk, X11, fonts: 17 of a CPython's 42 libraries): no sandbox has a display, so tkinter
-    could not run in one anyway, and every bind is a mount that bubblewrap remounts read-only after reading
-    the whole mount table again, which was a third of its CPU at each sandbox's start.
+    Not ``_tkinter``'s (Tk, X11, fonts: 18 of the 42 libraries this CPython links): no sandbox has a display,
+    so tkinter could not run in one anyway, and every bind is a mount that bubblewrap remounts read-only after
+    reading the whole mount table again (``benchmarks/sandbox_cpu.py``: 0.86x of the CPU per attempt).
     """
     binds = {interpreter: interpreter}
     paths = json.loads(
