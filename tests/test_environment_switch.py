@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from fakes.kube_api import FakeKubeApi, PodScript, serve
+from fakes.kube_api import FakeKubeApi, PodScript, ready_snapshot, serve
 
 from rl_assets.domain.agent import Rollout
 from rl_assets.domain.experiment import ExperimentConfig
@@ -67,15 +67,7 @@ def test_unknown_environment_is_refused_clearly():
 @pytest.fixture
 def fake_api():
     api = FakeKubeApi()
-    api.seed(
-        {
-            "apiVersion": "snapshot.storage.k8s.io/v1",
-            "kind": "VolumeSnapshot",
-            "metadata": {"name": world_snapshot_name("w0")},
-            "spec": {"source": {"persistentVolumeClaimName": world_build_claim_name("dagster-run-0123abcd-x7k2p")}},
-            "status": {"readyToUse": True, "restoreSize": "1Gi"},
-        }
-    )
+    api.seed(ready_snapshot(world_snapshot_name("w0"), world_build_claim_name("dagster-run-0123abcd-x7k2p")))
     with serve(api) as api_client:
         store = K8sWorldStoreResource(namespace="rl-assets", image="rl-assets:0.1.0")
         store._api_client = api_client

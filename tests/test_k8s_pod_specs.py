@@ -303,27 +303,34 @@ def test_rollout_pod_validates_strictly_and_has_no_secret_no_token_no_root_and_i
     assert spec["restartPolicy"] == "Never"
 
 
+def _run_worker_job(
+    instance: dg.DagsterInstance, get_job: Any, tags: dict[str, str], run_config: dict | None = None
+) -> dict[str, Any]:
+    """The run worker's Job the real run launcher creates for a run with these tags, validated strictly and
+    checked hardened and within the restricted Pod Security Standard."""
+    launcher = instance.run_launcher
+    launcher._api_client.batch_api = MagicMock()
+    recon = _recon(get_job)
+    run = instance.create_run_for_job(
+        job_def=recon.get_definition(), run_config=run_config, tags=tags, job_code_origin=recon.get_python_origin()
+    )
+    launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
+    (call,) = launcher._api_client.batch_api.create_namespaced_job.call_args_list
+    job = _manifest(call.kwargs["body"])
+    validate(job)
+    _assert_hardened(_pod(job))
+    assert violations(_pod(job), BASELINE) == [] and violations(_pod(job), RESTRICTED) == []
+    return job
+
+
 def test_world_build_run_worker_gets_an_ephemeral_world_volume(instance: dg.DagsterInstance) -> None:
     """World builds run in process in the run worker, where run tags do apply (launcher.py:209-210).
 
     The volume is ephemeral, so its PVC is created by Kubernetes with the pod: no
     account (not the code server's, where the driver sensor runs) creates it.
     """
-    launcher = instance.run_launcher
-    launcher._api_client.batch_api = MagicMock()
-    recon = _recon(get_trial_job)
-    run = instance.create_run_for_job(
-        job_def=recon.get_definition(),
-        tags=world_build_tags("w0", "rl-assets-worlds", "1Gi"),
-        job_code_origin=recon.get_python_origin(),
-    )
-    launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
-    (call,) = launcher._api_client.batch_api.create_namespaced_job.call_args_list
-    job = _manifest(call.kwargs["body"])
-    validate(job)
+    job = _run_worker_job(instance, get_trial_job, world_build_tags("w0", "rl-assets-worlds", "1Gi"))
     pod_spec = _pod(job)
-    _assert_hardened(pod_spec)
-    assert violations(pod_spec, BASELINE) == [] and violations(pod_spec, RESTRICTED) == []
     (world,) = [v for v in pod_spec["volumes"] if v["name"] == WORLD_VOLUME]
     claim = world["ephemeral"]["volumeClaimTemplate"]["spec"]
     assert claim["storageClassName"] == "rl-assets-worlds" and claim["resources"]["requests"]["storage"] == "1Gi"
@@ -340,22 +347,13 @@ def test_a_rollout_runs_worker_pod_has_the_token_or_the_judge_key_never_both(
 ) -> None:
     """A rollout run's worker is its trials' step (rollout runs are in process), built by the real run launcher
     from the run's tags: rolling out, it drives rollout pods with the token; judging, it has the key and no token."""
-    launcher = instance.run_launcher
-    launcher._api_client.batch_api = MagicMock()
-    recon = _recon(get_rollout_job if judge_only else get_rollout_pods_job)
-    run = instance.create_run_for_job(
-        job_def=recon.get_definition(),
-        run_config=batch_run_config(["ref/s0|p0-n0"], judge_only=judge_only, rollout_only=not judge_only),
-        tags=batch_run_tags(judge_only, SETTINGS.judge_key),
-        job_code_origin=recon.get_python_origin(),
+    job = _run_worker_job(
+        instance,
+        get_rollout_job if judge_only else get_rollout_pods_job,
+        batch_run_tags(judge_only, SETTINGS.judge_key),
+        batch_run_config(["ref/s0|p0-n0"], judge_only=judge_only, rollout_only=not judge_only),
     )
-    launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
-    (call,) = launcher._api_client.batch_api.create_namespaced_job.call_args_list
-    job = _manifest(call.kwargs["body"])
-    validate(job)
     pod_spec = _pod(job)
-    _assert_hardened(pod_spec)
-    assert violations(pod_spec, BASELINE) == [] and violations(pod_spec, RESTRICTED) == []
     tier = JUDGE_BATCH if judge_only else TRIAL_BATCH
     assert job["spec"]["template"]["metadata"]["labels"][TIER_LABEL] == tier.name, "its tier's NetworkPolicy"
     container = _container(pod_spec)

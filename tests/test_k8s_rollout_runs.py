@@ -14,7 +14,7 @@ from functools import partial
 
 import dagster as dg
 import pytest
-from fakes.kube_api import FakeKubeApi, PodScript, serve
+from fakes.kube_api import FakeKubeApi, PodScript, ready_snapshot, serve
 from kubernetes.config import kube_config
 
 from rl_assets.assets.partitions import partitions_to_add, trial_partition_key
@@ -42,15 +42,7 @@ def cluster(monkeypatch, tmp_path):
     api = FakeKubeApi(finish_when_pods=TRIALS)
     rollout = Rollout(turns=[], answer="", files_written=[])
     api.pod_script = PodScript(log=f"{RESULT_MARKER}{rollout.model_dump_json()}\n")
-    api.seed(
-        {
-            "apiVersion": "snapshot.storage.k8s.io/v1",
-            "kind": "VolumeSnapshot",
-            "metadata": {"name": world_snapshot_name("w0")},
-            "spec": {"source": {"persistentVolumeClaimName": world_build_claim_name("dagster-run-0123abcd-x7k2p")}},
-            "status": {"readyToUse": True, "restoreSize": "1Gi"},
-        }
-    )
+    api.seed(ready_snapshot(world_snapshot_name("w0"), world_build_claim_name("dagster-run-0123abcd-x7k2p")))
     monkeypatch.setattr(k8s_world_store, "_seal", lambda world_id: "sealed-w0" if world_id == "w0" else None)
     with serve(api) as api_client:
         kubeconfig = tmp_path / "kubeconfig"

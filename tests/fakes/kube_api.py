@@ -302,6 +302,17 @@ class FakeKubeApi:
         return {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": items}
 
 
+def ready_snapshot(name: str, claim: str) -> dict[str, Any]:
+    """A VolumeSnapshot of PVC ``claim``, ready to clone from: a world an earlier build sealed."""
+    return {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": name},
+        "spec": {"source": {"persistentVolumeClaimName": claim}},
+        "status": {"readyToUse": True, "restoreSize": "1Gi"},
+    }
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
