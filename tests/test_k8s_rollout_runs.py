@@ -25,7 +25,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import Runtime
 from rl_assets.driver.deployment import ENV_VAR
 from rl_assets.driver.planner import materialized_partitions, plan
-from rl_assets.driver.sensor import ROLLOUT_JOBS, run_requests_of
+from rl_assets.driver.sensor import ROLLOUT_JOBS, _rolled_out, run_requests_of
 from rl_assets.kubernetes.names import world_build_claim_name, world_snapshot_name
 from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV, USER_DEFINED_K8S_CONFIG_TAG
 from rl_assets.resources import k8s_world_store
@@ -70,7 +70,7 @@ def _requests(monkeypatch, instance, stores, config) -> list[dg.RunRequest]:
     """What the driver's rollout lane requests on Kubernetes for the experiment's current plan."""
     monkeypatch.setenv(ENV_VAR, "kubernetes")
     try:
-        rolled_out = partial(materialized_partitions, instance, "trajectories")
+        rolled_out = partial(_rolled_out, instance, stores)  # the sensor's own
         return run_requests_of(
             stores, [plan(instance, stores, config)], None, print, ROLLOUT_JOBS, rolled_out=rolled_out
         )
@@ -127,6 +127,21 @@ def test_one_worker_drives_every_rollout_pod_of_a_batch_and_another_judges_them(
     output = next(e for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
     assert output.event_specific_data.metadata["rolled_out"].value == TRIALS
 
+    # A trajectory record damaged after its rollout (and reported, as the audit does) is rolled out again, not
+    # judged, as its trial run would regenerate it; then the trial is judged with the others.
+    record = home / "artifacts" / "trajectories" / config.name / "s0" / f"{config.trial_slots()[0]}.json"
+    body = json.loads(record.read_text())
+    body["payload"]["answer"] = "tampered"  # the old checksum kept, as a stray edit would
+    record.write_text(json.dumps(body))
+    stores.damage.report("trial", keys[0], "trajectory record was damaged")
+    requests = {r.job_name: r for r in _requests(monkeypatch, instance, stores, config)}
+    assert {job: batch_members(r.run_config) for job, r in requests.items()} == {
+        ROLLOUT_PODS_JOB: keys[:1],
+        "rollout_job": keys[1:],
+    }
+    assert _execute(instance, requests[ROLLOUT_PODS_JOB], world_store=store).success
+    assert json.loads(record.read_text())["payload"]["answer"] != "tampered"
+
     (judging,) = _requests(monkeypatch, instance, stores, config)
     assert judging.job_name == "rollout_job" and batch_members(judging.run_config) == keys
     assert judging.run_config["ops"]["roll_out_trials"]["config"]["judge_only"] is True
@@ -140,3 +155,4 @@ def test_one_worker_drives_every_rollout_pod_of_a_batch_and_another_judges_them(
     assert api.pods_created == pods_before, "judging rolls nothing out"
     assert materialized_partitions(instance, "rewards", set(keys)) == set(keys)
     assert _requests(monkeypatch, instance, stores, config) == [], "every trial rewarded: the step trains next"
+    assert keys[0] not in stores.damage.open_keys("trial"), "its judging repaired the damaged trial"

@@ -54,7 +54,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from rl_assets.application import experiments
 from rl_assets.application.experiments import Refused
-from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD
+from rl_assets.assets.partitions import STEP, TRIAL_SLOT, WORLD, parse_trial_partition
 from rl_assets.assets.pools import POOLS
 from rl_assets.assets.rollout_batches import ROLLOUT_PODS_JOB, batch_run_config
 from rl_assets.domain.experiment import ExperimentConfig
@@ -79,6 +79,7 @@ from rl_assets.home.services.ray_head import LocalRayHead
 from rl_assets.home.settings import RESCORE_EXPERIMENTS_ENV, settings
 from rl_assets.resources.stores import StoresResource
 from rl_assets.stores.home_stores import Stores
+from rl_assets.stores.quarantine import read_or_quarantine
 
 STEP_DIMENSION_TAG = "dagster/partition/step"
 
@@ -241,6 +242,19 @@ def _halves(job: str, launches: list[Launch], rolled_out: Callable[[set[str]], s
     return [(half, members) for half, members in halves if members]
 
 
+def _rolled_out(instance: DagsterInstance, state: Stores, keys: set[str]) -> set[str]:
+    """The trials among ``keys`` with a trajectory to judge: materialized, and its record usable. A trial with
+    open damage whose trajectory record the audit quarantined (or that is damaged now) is rolled out again, as
+    its trial run would regenerate it; once it has a record again, its judging repairs the trial."""
+    done = materialized_partitions(instance, "trajectories", keys)
+    for key in done & state.damage.open_keys("trial"):
+        experiment, step, slot = parse_trial_partition(key)
+        read = partial(state.trials.trajectory, experiment, step, slot)
+        if read_or_quarantine(state.artifacts, state.damage, read, "trajectory", "trial", key).record is None:
+            done.discard(key)
+    return done
+
+
 def _rollout_request(p: Plan, half: Half, step_key: str, members: list[Launch]) -> dg.RunRequest:
     """One rollout run for these trials (or judgments) of a step.
 
@@ -337,7 +351,7 @@ def _drive(
             context.log.warning,
             jobs,
             partial(run_error, instance),
-            partial(materialized_partitions, instance, "trajectories"),
+            partial(_rolled_out, instance, state),
         )
         partitions = partition_requests_of(instance, plans) if "trial_job" in jobs else []
         if run_requests or partitions:
