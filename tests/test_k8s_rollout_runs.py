@@ -120,6 +120,8 @@ def test_one_worker_drives_every_rollout_pod_of_a_batch_and_another_judges_them(
     result = _execute(instance, rollouts, world_store=store)
     assert result.success
     assert api.peak_pods == TRIALS, "every trial's rollout pod at once, from one worker"
+    reads = [c for c in api.calls_of("GET", "Pod") if c.name is not None]
+    assert len(reads) == 2 * TRIALS, "waiting lists the worker's pods: a pod is read only at its end (and its log)"
     assert api.names("Pod") == [] and api.names("PersistentVolumeClaim") == [], "pods and forks deleted"
     assert materialized_partitions(instance, "trajectories", set(keys)) == set(keys)
     assert materialized_partitions(instance, "rewards", set(keys)) == set(), "nothing judged in its worker"

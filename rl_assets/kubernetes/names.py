@@ -18,6 +18,8 @@ MAX_NAME = 63
 TIER_LABEL = "rl-assets/tier"
 OWNER_LABEL = "rl-assets/owner"
 """Hash of (experiment, trial): selects every object of one trial, whatever its attempt."""
+DRIVER_LABEL = "rl-assets/driver"
+"""The process that drives a rollout pod (a random id per world store): it lists all its pods' phases at once."""
 NETWORK_LABEL = "rl-assets/network"
 """``internet`` on a task pod whose task asks for the network (deploy/k8s/networkpolicy-tasks.yaml)."""
 WORLD_LABEL = "rl-assets/world"

@@ -28,6 +28,7 @@ from typing import Any
 from rl_assets.home.settings import POD_NAME_ENV, POD_UID_ENV
 from rl_assets.kubernetes.names import (
     ATTEMPT_ANNOTATION,
+    DRIVER_LABEL,
     EXPERIMENT_ANNOTATION,
     OWNER_LABEL,
     TIER_LABEL,
@@ -232,22 +233,27 @@ def rollout_pod(
     image: str,
     request_json: str,
     tier: Tier = ROLLOUT,
+    driver: str | None = None,
 ) -> dict[str, Any]:
     """The manifest of one attempt's rollout pod, on the attempt's fork.
 
     Its only env is the (secret-free) sandbox request and ``HOME``; values are
-    plain strings by construction, so no Secret can reach it.
+    plain strings by construction, so no Secret can reach it. ``driver`` labels
+    it with the process that waits on it (:class:`~rl_assets.kubernetes.rollouts.PodPhases`).
     """
+    labels = {
+        "app.kubernetes.io/part-of": "rl-assets",
+        TIER_LABEL: tier.name,
+        OWNER_LABEL: owner_value(experiment, trial_id),
+    }
+    if driver is not None:
+        labels[DRIVER_LABEL] = driver
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": rollout_pod_name(experiment, trial_id, attempt),
-            "labels": {
-                "app.kubernetes.io/part-of": "rl-assets",
-                TIER_LABEL: tier.name,
-                OWNER_LABEL: owner_value(experiment, trial_id),
-            },
+            "labels": labels,
             "annotations": {
                 EXPERIMENT_ANNOTATION: experiment,
                 TRIAL_ANNOTATION: trial_id,

@@ -10,6 +10,9 @@ attempt and is deleted first.
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from rl_assets.domain.waiting import Waiting
-from rl_assets.kubernetes.names import OWNER_LABEL
+from rl_assets.kubernetes.names import DRIVER_LABEL, OWNER_LABEL
 from rl_assets.kubernetes.pod_specs import ROLLOUT_CONTAINER
 
 FINISHED = ("Succeeded", "Failed")
@@ -34,25 +37,70 @@ class PodOutcome:
     log: str
 
 
-class RolloutPods:
-    """Runs rollout pods in one namespace."""
+class PodPhases:
+    """The phases of one process's rollout pods (labelled with its ``driver`` id), read for all of them by one
+    LIST at most every ``interval_s``, whichever of its threads asks.
 
-    def __init__(self, core: client.CoreV1Api, namespace: str, waiting: Waiting | None = None) -> None:
+    A rollout run's worker waits on hundreds of pods at once: a GET per pod per poll was that many requests
+    a second to the API server, and as many responses for the worker to parse.
+    """
+
+    def __init__(self, core: client.CoreV1Api, namespace: str, driver: str, interval_s: float = 1.0) -> None:
+        self._core = core
+        self.namespace = namespace
+        self.selector = f"{DRIVER_LABEL}={driver}"
+        self.interval_s = interval_s
+        self._phases: dict[str, str | None] = {}
+        self._read_at = -math.inf
+        self._lock = threading.Lock()
+
+    def phase(self, name: str, created_at: float) -> str | None:
+        """The pod's phase, as read after ``created_at`` (``time.monotonic()`` when it was created); ``None``
+        if it is not there."""
+        with self._lock:
+            now = time.monotonic()
+            if self._read_at <= created_at or now - self._read_at >= self.interval_s:
+                pods = self._core.list_namespaced_pod(self.namespace, label_selector=self.selector)
+                self._phases = {p.metadata.name: p.status.phase for p in pods.items}
+                self._read_at = now
+            return self._phases.get(name)
+
+
+class RolloutPods:
+    """Runs rollout pods in one namespace; with ``phases``, waits on them through that shared reader."""
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        namespace: str,
+        waiting: Waiting | None = None,
+        phases: PodPhases | None = None,
+    ) -> None:
         self._core = core
         self.namespace = namespace
         self._waiting = waiting or Waiting()
+        self._phases = phases
 
     def run(self, pod: dict[str, Any]) -> PodOutcome:
         """Create ``pod`` (a manifest from :func:`~rl_assets.kubernetes.pod_specs.rollout_pod`), await its end."""
         name = pod["metadata"]["name"]
         self.remove_leftovers(pod["metadata"]["labels"][OWNER_LABEL], name)
         try:
+            created_at = time.monotonic()
             self._core.create_namespaced_pod(self.namespace, pod)
-            self._waiting.until(f"rollout pod {name} finished", lambda: self.read(name).status.phase in FINISHED)
+            self._waiting.until(f"rollout pod {name} finished", lambda: self._finished(name, created_at))
             final = self.read(name)
             return _outcome(final, self._log(name))
         finally:
             self.delete(name)
+
+    def _finished(self, name: str, created_at: float) -> bool:
+        if self._phases is None:
+            return self.read(name).status.phase in FINISHED
+        phase = self._phases.phase(name, created_at)
+        if phase is None:
+            raise RuntimeError(f"rollout pod {name} is gone before it finished")
+        return phase in FINISHED
 
     def _log(self, name: str) -> str:
         """The container's log, decoded here: with its content preloaded, kubernetes 36.0.3 returns a

@@ -45,7 +45,7 @@ from rl_assets.home.layout import Home
 from rl_assets.home.settings import POD_NAME_ENV, settings
 from rl_assets.kubernetes.names import world_build_claim_name, world_snapshot_name
 from rl_assets.kubernetes.pod_specs import FORK_MOUNT, WORLD_MOUNT, rollout_pod
-from rl_assets.kubernetes.rollouts import RolloutPods
+from rl_assets.kubernetes.rollouts import PodPhases, RolloutPods
 from rl_assets.kubernetes.task_pods import PodOwner, task_image, task_pod
 from rl_assets.kubernetes.task_sessions import TaskPods
 from rl_assets.kubernetes.tiers import TRIAL
@@ -82,6 +82,9 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
     _api_client: object | None = PrivateAttr(default=None)
     _client_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _sealed: dict[str, str] = PrivateAttr(default_factory=dict)
+    _driver: str = PrivateAttr(default_factory=lambda: uuid.uuid4().hex[:12])
+    """This resource's label on the rollout pods it starts: its threads wait on all of them through one LIST."""
+    _phases: PodPhases | None = PrivateAttr(default=None)
 
     def _client(self):
         """One API client for the process, made once however many trial threads ask at the same time. Its
@@ -165,9 +168,11 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         from kubernetes import client
 
         request = make_request(ForkLayout(kind="copy", lower="", upper="", work="", merged=FORK_MOUNT))
-        pods = RolloutPods(
-            client.CoreV1Api(self._client()), self.namespace, Waiting(timeout_s=timeout_s + POD_START_ALLOWANCE_S)
-        )
+        core = client.CoreV1Api(self._client())
+        with self._client_lock:
+            if self._phases is None:
+                self._phases = PodPhases(core, self.namespace, self._driver)
+        pods = RolloutPods(core, self.namespace, Waiting(timeout_s=timeout_s + POD_START_ALLOWANCE_S), self._phases)
         with self._fork(fork) as claim:
             pod = rollout_pod(
                 experiment=fork.experiment,
@@ -176,6 +181,7 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
                 fork_claim=claim,
                 image=self.image,
                 request_json=request.model_dump_json(),
+                driver=self._driver,
             )
             pod["spec"]["activeDeadlineSeconds"] = max(1, math.ceil(timeout_s))  # the kubelet enforces the timeout
             outcome = pods.run(pod)

@@ -5,7 +5,8 @@ rollout pods use, checks every created object against its schema (see
 :mod:`fakes.k8s_schemas`) and answers 422 for an invalid one, as the real API
 server does, records every call, and moves objects through their states
 deterministically: a PVC is Bound, a snapshot ready, a pod finished after a
-set number of reads, and a deleted object is gone after a set number more.
+set number of reads (a listing that includes it counts as one), and a deleted
+object is gone after a set number more.
 Nothing is timed, so tests never sleep.
 
 With ``storage`` set it also stands in for volumes and containers: a snapshot taken of a
@@ -298,6 +299,9 @@ class FakeKubeApi:
                 continue
             labels = stored.obj["metadata"].get("labels", {})
             if all(labels.get(key) == value for key, value in wanted.items()):
+                if kind == "Pod":  # a listing reads each pod, as a GET does: its pod moves on as it would
+                    stored.reads += 1
+                    self._advance(kind, stored)
                 items.append(stored.obj)
         return {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": items}
 
