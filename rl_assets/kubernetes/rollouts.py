@@ -55,8 +55,8 @@ class PodPhases:
         self._lock = threading.Lock()
 
     def phase(self, name: str, created_at: float) -> str | None:
-        """The pod's phase, as read after ``created_at`` (``time.monotonic()`` when it was created); ``None``
-        if it is not there."""
+        """The pod's phase, as listed after ``created_at`` (``time.monotonic()`` once its creation returned);
+        ``None`` if it is not there."""
         with self._lock:
             now = time.monotonic()
             if self._read_at <= created_at or now - self._read_at >= self.interval_s:
@@ -86,8 +86,8 @@ class RolloutPods:
         name = pod["metadata"]["name"]
         self.remove_leftovers(pod["metadata"]["labels"][OWNER_LABEL], name)
         try:
-            created_at = time.monotonic()
             self._core.create_namespaced_pod(self.namespace, pod)
+            created_at = time.monotonic()  # after: a listing begun later includes the pod
             self._waiting.until(f"rollout pod {name} finished", lambda: self._finished(name, created_at))
             final = self.read(name)
             return _outcome(final, self._log(name))
