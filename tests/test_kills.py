@@ -231,8 +231,10 @@ def test_sigkill_of_the_ray_head_mid_run(home, watch_of, started):
         step0 = watch.trained()[0]
         procs = ray_head_processes(home)
         assert step0[1] in {p.pid for p in procs}, "the actor is one of the head's processes"
+        assert any(p.name() == "gcs_server" for p in procs), "the head's GCS is one of them"
+        # sigkill returns once every one is gone: the head is down. Not asserted afterwards: step 1's two
+        # trials may be rolled out by then, and the driver restarts the head before training it.
         killed = set(sigkill(procs))
-        assert not head.is_running()
 
         result = finished(train)
         # Only the driver can have restarted it: the CLI checked its services before the kill.
