@@ -1,81 +1,78 @@
-"""The machine's CPU per reference attempt in the sandbox, with the runtime as bound now and with more binds.
+"""The machine's CPU per reference attempt in the sandbox: this checkout against an earlier commit, same run.
 
-Each bind in the sandbox's runtime is a mount that bubblewrap remounts read-only after reading the whole
-mount table again, so an attempt's CPU grows with the binds. This runs the reference agent's trial on an
-overlay fork of a real sealed world N times in each of two configurations, alternating, in one process:
+``python benchmarks/sandbox_cpu.py --base COMMIT [--attempts 40] [--rounds 3]``
 
-- **now**: :func:`rl_assets.sandbox.launcher.run_sandbox` as trials use it;
-- **with tkinter's libraries**: the same with the libraries only ``_tkinter`` links bound too (what the
-  runtime bound before ``RUNTIME_FORMAT`` 2);
-
-and reports the machine's CPU seconds per attempt (``/proc/stat``: the keeper, bubblewrap, the agent and
-the kernel's work for them, which no per-process counter sees whole) and their ratio. Run it on an
-otherwise idle machine, as root or with unprivileged user namespaces::
-
-    .venv/bin/python benchmarks/sandbox_cpu.py --attempts 60
+An attempt's CPU is spent outside any one process's counters (the keeper, bubblewrap, the agent's interpreter,
+the kernel's namespaces and mounts), and on a two-core machine it is what bounds how fast hundreds of trials
+start. Each version runs, in a process of its own (its code exported as ``benchmarks/versus.py`` does), the
+reference agent's trial on an overlay fork of a real sealed world ``--attempts`` times after one warm-up
+attempt, and reports the machine's busy CPU seconds (``/proc/stat``) over those attempts; versions alternate for
+``--rounds`` rounds. Printed: each version's CPU per attempt (the median round) and their ratio. Run it on an
+otherwise idle machine, as root or with unprivileged user namespaces.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
+import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from versus import base_and_this, log  # noqa: E402
+
+ATTEMPTS = """
+import json, os, sys, tempfile
+from pathlib import Path
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.sandbox import launcher
 from rl_assets.sandbox.protocol import SandboxRequest
 from rl_assets.worlds.local import LocalWorlds
 
 
-def machine_cpu_s() -> float:
-    """Busy CPU seconds of the whole machine (every state but idle and iowait)."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
+def busy_s():
+    fields = Path("/proc/stat").read_text().split("\\n", 1)[0].split()[1:8]
     return sum(int(v) for i, v in enumerate(fields) if i not in (3, 4)) / os.sysconf("SC_CLK_TCK")
 
 
-def tk_only_libraries() -> list[str]:
-    """The shared libraries only ``_tkinter`` links, as this interpreter's ``ldd`` finds them."""
-    dynload = list((Path(os.__file__).parent / "lib-dynload").glob("*.so"))
-
-    def linked(paths: list[Path]) -> set[str]:
-        out = subprocess.run(["ldd", *map(str, paths)], capture_output=True, text=True).stdout
-        return {os.path.realpath(line.split("=>")[1].split()[0]) for line in out.splitlines() if "=> /" in line}
-
-    tk = [p for p in dynload if p.name.startswith("_tkinter")]
-    others = [Path(os.path.realpath(sys.executable)), *(p for p in dynload if p not in tk)]
-    return sorted(linked(tk) - linked(others)) if tk else []
+spec = ExperimentConfig(name="bench").trials(0)[0]
+with tempfile.TemporaryDirectory(prefix="sandbox-cpu-", dir="/tmp") as tmp:
+    root = Path(tmp)
+    root.chmod(0o755)
+    worlds = LocalWorlds(root / "worlds", root / "forks")
+    worlds.ensure_built(spec.world_id)
+    for i in range(-1, int(sys.argv[1])):  # attempt -1 warms the zygote and the caches up
+        if i == 0:
+            start = busy_s()
+        with worlds.fork(spec.world_id, "bench", f"a{i}", overlay=True) as fork:
+            rollout = launcher.run_sandbox(SandboxRequest(spec=spec, prior=[1.0] * 8, fork=fork), timeout_s=60)
+        assert len(rollout.turns) == 6, rollout
+    print(json.dumps({"cpu_s": busy_s() - start, "isolation": launcher.isolation().name}))
+"""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--attempts", type=int, default=60)
+    parser.add_argument("--base", required=True, help="the earlier commit to compare with")
+    parser.add_argument("--attempts", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    spec = ExperimentConfig(name="bench").trials(0)[0]
-    now = launcher._runtime(sys.executable)
-    extra = tk_only_libraries()
-    more = (tuple(now[0]) + tuple((lib, lib) for lib in extra), now[1], now[2])
-    runtimes = {"now": now, "with tkinter's libraries": more}
-    cpu = dict.fromkeys(runtimes, 0.0)
-    with tempfile.TemporaryDirectory(prefix="sandbox-cpu-", dir="/tmp") as tmp:
-        root = Path(tmp)
-        root.chmod(0o755)
-        worlds = LocalWorlds(root / "worlds", root / "forks")
-        worlds.ensure_built(spec.world_id)
-        for i in range(-1, args.attempts):  # attempt -1 warms the zygote and the caches up
-            for name, runtime in runtimes.items():
-                launcher._runtime = lambda interpreter, runtime=runtime: runtime
-                before = machine_cpu_s()
-                with worlds.fork(spec.world_id, "bench", f"{name[:3]}{i}", overlay=True) as fork:
-                    launcher.run_sandbox(SandboxRequest(spec=spec, prior=[1.0] * 8, fork=fork), timeout_s=60)
-                if i >= 0:
-                    cpu[name] += machine_cpu_s() - before
-    print(f"binds now: {len(now[0])}; tkinter's libraries: {len(extra)}")
-    for name, total in cpu.items():
-        print(f"{name}: {total / args.attempts * 1000:.1f} ms of machine CPU per attempt")
-    print(f"ratio now / with tkinter's libraries: {cpu['now'] / cpu[list(cpu)[1]]:.2f}x")
+    with tempfile.TemporaryDirectory(prefix="sandbox-cpu-") as tmp:
+        versions = base_and_this(args.base, Path(tmp), "sandbox_cpu.py")
+        per_attempt: dict[str, list[float]] = {v.name: [] for v in versions}
+        for round_ in range(args.rounds):
+            for v in versions:
+                out = json.loads(v.run("-c", ATTEMPTS, str(args.attempts)).stdout)
+                if out["isolation"] != "bwrap":
+                    raise SystemExit(f"sandbox_cpu.py: {v.name} ran without the sandbox ({out['isolation']})")
+                per_attempt[v.name].append(out["cpu_s"] / args.attempts * 1000)
+                log(f"round {round_}: {v.name} {per_attempt[v.name][-1]:.1f} ms of machine CPU per attempt")
+    median = {name: statistics.median(values) for name, values in per_attempt.items()}
+    for name, value in median.items():
+        print(f"{name}: {value:.1f} ms of machine CPU per attempt (median of {args.rounds} rounds)")
+    print(f"ratio this / base: {median['this'] / median['base']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -309,3 +309,68 @@ def test_the_sandbox_runtime_binds_none_of_the_libraries_only_tkinter_needs():
     bound = {os.path.realpath(source) for source, _ in binds}
     assert not only_tk & bound, sorted(only_tk & bound)
     assert os.path.realpath(interpreter) in bound
+
+
+PROBE_MAIN = """\
+import importlib.util, json, sys
+import probe
+
+with open(probe.__cached__, "rb") as f:
+    header = f.read(16)
+with open(probe.__file__, "rb") as f:
+    source = f.read()
+accepted = (
+    header[:4] == importlib.util.MAGIC_NUMBER
+    and int.from_bytes(header[4:8], "little") == 0b11
+    and header[8:16] == importlib.util.source_hash(source)
+)
+with open("answer.txt", "w") as f:
+    json.dump({"cached": probe.__cached__, "accepted": accepted, "value": probe.VALUE}, f)
+"""
+
+
+def test_the_agents_modules_reach_the_sandbox_as_bytecode_its_interpreter_accepts(worlds, tmp_path):
+    """``/app`` is a fresh copy per attempt: without bytecode beside the agent's modules, every sandbox compiled
+    them from source. The ``.pyc`` is hash-checked, which CPython uses exactly when its magic matches, its flags
+    say "checked hash" and its hash is the source's: checked here from inside the sandbox, on the copies."""
+    (tmp_path / "main.py").write_text(PROBE_MAIN)
+    (tmp_path / "probe.py").write_text("VALUE = 'from probe'\n")
+    program = AgentProgram(files=((str(tmp_path / "main.py"), "main.py"), (str(tmp_path / "probe.py"), "probe.py")))
+    assert [rel for _, rel in launcher.bytecode(program)] == [f"__pycache__/probe.{sys.implementation.cache_tag}.pyc"]
+    with worlds.fork("w0", "bytecode", "a", isolation().overlay) as fork:
+        rollout = run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork), timeout_s=30, program=program)
+    seen = json.loads(rollout.answer)
+    assert seen == {"cached": f"/app/__pycache__/probe.{sys.implementation.cache_tag}.pyc", "accepted": True,
+                    "value": "from probe"}  # fmt: skip
+    (tmp_path / "probe.py").write_text("VALUE = 'changed again'\n")  # a changed source has bytecode of its own
+    assert launcher.bytecode.__wrapped__(program) not in ((), launcher.bytecode(program))
+
+
+def test_the_runtime_tree_places_each_file_at_its_path_and_binds_only_top_level_directories(tmp_path):
+    """The keeper binds every runtime file at its own path in a staged tree, and bubblewrap binds only the tree's
+    top-level directories. A path inside a directory already bound is shown by that bind, and refused when the
+    bind would show another file: its mount point would have to be made in the host's directory."""
+    from rl_assets.sandbox.keeper import runtime_tree
+
+    stdlib = tmp_path / "stdlib"
+    (stdlib / "lib-dynload").mkdir(parents=True)
+    (stdlib / "lib-dynload" / "_x.so").write_text("x")
+    (tmp_path / "libc.so.6").write_text("c")
+    binds = [
+        [str(tmp_path / "libc.so.6"), "/lib/x86_64-linux-gnu/libc.so.6"],
+        [str(stdlib), "/opt/py/lib/python3"],
+        [str(stdlib / "lib-dynload" / "_x.so"), "/opt/py/lib/python3/lib-dynload/_x.so"],
+        [str(tmp_path / "libc.so.6"), "/lib64/ld.so"],
+    ]
+    placed, tops = runtime_tree(binds)
+    assert placed == [
+        (str(tmp_path / "libc.so.6"), "lib/x86_64-linux-gnu/libc.so.6"),
+        (str(tmp_path / "libc.so.6"), "lib64/ld.so"),
+        (str(stdlib), "opt/py/lib/python3"),
+    ]
+    assert tops == ["lib", "lib64", "opt"]
+    with pytest.raises(ValueError, match="inside the bound directory /opt/py/lib/python3"):
+        runtime_tree([*binds, [str(tmp_path / "libc.so.6"), "/opt/py/lib/python3/libc.so.6"]])
+    for bad in ("relative/lib.so", "/", "//"):
+        with pytest.raises(ValueError, match="not an absolute path below /"):
+            runtime_tree([[str(tmp_path / "libc.so.6"), bad]])

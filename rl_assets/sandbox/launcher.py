@@ -173,6 +173,66 @@ def _find_runtime(interpreter: str) -> Runtime:
     return tuple((source, dest) for dest, source in binds.items()), tuple(hidden), interpreter
 
 
+_COMPILE = (
+    "import json, py_compile, sys\n"
+    "for source, pyc, shown in json.loads(sys.stdin.read()):\n"
+    "    py_compile.compile(source, pyc, shown, doraise=True, "
+    "invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)\n"
+    "print(sys.implementation.cache_tag)\n"
+)
+
+
+@functools.cache
+def bytecode(program: AgentProgram) -> tuple[tuple[str, str], ...]:
+    """The agent's modules compiled once by its own interpreter, as (host ``.pyc``, path under ``/app``) pairs.
+
+    ``/app`` is a fresh read-only copy per attempt, so without them every sandbox compiled the agent's modules
+    from source (the reference agent's: about 3 ms of its 25 ms start). They are hash-checked: the sandbox's
+    interpreter uses one only if it was compiled from the very source copied beside it, and compiles any other.
+    Cached in the caller's own ``~/.cache/rl-assets`` (0700), like the runtime, keyed by the interpreter and the
+    sources' identities. The entry script is compiled by every start (Python never reads a script's bytecode).
+    """
+    modules = [(source, rel) for source, rel in program.files if rel.endswith(".py") and rel != program.entry]
+    if not modules:
+        return ()
+    interpreter = os.path.realpath(program.interpreter)
+    identity = [RUNTIME_FORMAT, interpreter, os.stat(interpreter).st_mtime_ns, sys.version]
+    identity += [(source, rel, os.stat(source).st_mtime_ns, os.stat(source).st_size) for source, rel in modules]
+    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
+    cache = Path.home() / ".cache" / "rl-assets" / f"agent-bytecode-{key}"
+    try:
+        tag = _compiled(cache, interpreter, modules)
+    except OSError:  # no cache of our own here (a home we cannot write): the sandbox compiles them, as before
+        return ()
+    if tag is None:
+        return ()
+    return tuple(
+        (str(cache / f"{i}.pyc"), str(Path(rel).parent / "__pycache__" / f"{Path(rel).stem}.{tag}.pyc"))
+        for i, (_, rel) in enumerate(modules)
+    )
+
+
+def _compiled(cache: Path, interpreter: str, modules: list[tuple[str, str]]) -> str | None:
+    """Compile ``modules`` into ``cache`` as ``0.pyc``, ``1.pyc``... unless there already; their cache tag, or None
+    if the interpreter could not compile them (the agent then fails in its sandbox, with the reason)."""
+    tag_file = cache / "cache_tag"
+    if not tag_file.is_file():
+        cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{cache.name}.", dir=cache.parent))
+        jobs = [(source, str(staging / f"{i}.pyc"), f"/app/{rel}") for i, (source, rel) in enumerate(modules)]
+        done = subprocess.run(
+            [interpreter, "-I", "-S", "-c", _COMPILE], input=json.dumps(jobs), capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            return None
+        (staging / "cache_tag").write_text(done.stdout.strip())
+        with contextlib.suppress(OSError):  # another process may have put the same bytecode there first
+            os.replace(staging, cache)
+        shutil.rmtree(staging, ignore_errors=True)
+    return tag_file.read_text()
+
+
 def write_maps(pid: int, sandbox_host_uid: int | None) -> None:
     """The keeper's uid and gid maps: as root, 0 and a fresh unprivileged uid; otherwise the caller alone, as 0."""
     if sandbox_host_uid is not None:
@@ -269,7 +329,7 @@ class _Attempt:
             "sandbox_uid": in_keeper_uid,
             "bwrap_uid": in_keeper_uid,
             "binds": [list(b) for b in binds],
-            "app": [list(f) for f in self.program.files],
+            "app": [list(f) for f in (*self.program.files, *bytecode(self.program))],
             "hidden": list(hidden),
             "tools_only": list(TOOLS_ONLY),
             "fds": keeper.KEEPER_FDS,
