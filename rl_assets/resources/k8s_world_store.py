@@ -85,6 +85,7 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
     _driver: str = PrivateAttr(default_factory=lambda: uuid.uuid4().hex[:12])
     """This resource's label on the rollout pods it starts: its threads wait on all of them through one LIST."""
     _phases: PodPhases | None = PrivateAttr(default=None)
+    """Made with the API client: one listing of this resource's rollout pods for all its threads."""
 
     def _client(self):
         """One API client for the process, made once however many trial threads ask at the same time. Its
@@ -101,6 +102,7 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
                 configuration = client.Configuration.get_default_copy()
                 configuration.connection_pool_maxsize = API_CONNECTIONS
                 self._api_client = client.ApiClient(configuration)
+                self._phases = PodPhases(client.CoreV1Api(self._api_client), self.namespace, self._driver)
             return self._api_client
 
     def _volumes(self) -> WorldVolumes:
@@ -168,10 +170,7 @@ class K8sWorldStoreResource(dg.ConfigurableResource):
         from kubernetes import client
 
         request = make_request(ForkLayout(kind="copy", lower="", upper="", work="", merged=FORK_MOUNT))
-        core = client.CoreV1Api(self._client())
-        with self._client_lock:
-            if self._phases is None:
-                self._phases = PodPhases(core, self.namespace, self._driver)
+        core = client.CoreV1Api(self._client())  # made with the client: the pod phases all its threads share
         pods = RolloutPods(core, self.namespace, Waiting(timeout_s=timeout_s + POD_START_ALLOWANCE_S), self._phases)
         with self._fork(fork) as claim:
             pod = rollout_pod(

@@ -469,8 +469,7 @@ def kill(kind: KillKind, train: Train, watch: Watch, home: Path, after_progress:
         worker, run, trial_id = wait_for(
             lambda: target_worker(watch, kind), f"a {kind} worker to kill", while_running=proc
         )
-        doomed = [worker, *sandboxes_of(worker)]
-        pids = sigkill(doomed)
+        pids = sigkill_tree([worker])  # the worker and its sandboxes, none started past the kill
         return Kill(kind, f"{at}, {trial_id} {'mid-rollout' if kind == 'trial' else 'mid-call'}", pids, [run], trial_id)
     if kind == "actor":
         step, pid, _ = wait_for(lambda: (watch.trained() or [None])[-1], "a trained step", while_running=proc)
