@@ -6,7 +6,8 @@
 Every trial waits: the reference workload's on ``--tool-latency`` per document read, the task workload's on the
 stand-in model server, which answers every call after ``--latency`` seconds (its ``answer_delay_s``). For each
 trial count N, each version trains one step of N trials with ``--max-concurrent-trials N`` on its own warm home
-(worlds built, services up), versions alternating, and reports:
+(worlds built, services up, a small step just trained), versions alternating, the other version's home stopped
+meanwhile, and reports:
 
 - ``wall_s``: the ``train`` command; ``rollout_s``: from the step's first rollout attempt to its last trial's
   judgment (the ledgers' timestamps);
@@ -162,6 +163,23 @@ def train_args(workload: str, n: int, latency: float, experiment: str, policy_ur
     ]
 
 
+def stop(v: Version) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "rl_assets.cli", "stop", "--home", str(v.home)], env=v.env(), capture_output=True
+    )
+
+
+def alone_and_warm(v: Version, versions: list[Version], experiment: str) -> None:
+    """Only ``v``'s home up, warm: an idle home's daemon, code servers and Ray head take about a sixth of a core
+    here, which the other version's trials would pay for. A small step starts its services and loads its
+    forkserver and code server, as a home that has just trained is."""
+    for other in versions:
+        if other is not v:
+            stop(other)
+    log(f"{v.name}: warming the home")
+    v.cli("train", "--experiment", experiment, "--steps", "1", "--worlds", "4", "--prompts", "4", "--json")
+
+
 def measure(v: Version, workload: str, n: int, latency: float, experiment: str, policy_url: str) -> dict[str, Any]:
     idle = home_pss_mb(v.home)
     cpu0, t0 = machine_cpu_s(), time.perf_counter()
@@ -207,14 +225,12 @@ def main() -> int:
     server, url = stand_in_server(root, args.latency)
     rows = []
     try:
-        for v in versions:  # warm: services up, worlds built, the forkserver and code server loaded
-            log(f"{v.name}: warming the home")
-            v.cli("train", "--experiment", "warm", "--steps", "1", "--worlds", "4", "--prompts", "4", "--json")
         for workload in args.workloads:
             for n in args.trials:
                 for v in versions:
                     if v.name == "base" and n > args.base_up_to:
                         continue
+                    alone_and_warm(v, versions, f"warm-{workload[:3]}{n}")
                     row = measure(v, workload, n, args.latency, f"{workload[:3]}{n}", url)
                     rows.append(row)
                     log(json.dumps(row))
@@ -223,9 +239,7 @@ def main() -> int:
     finally:
         server.kill()
         for v in versions:
-            subprocess.run(
-                [sys.executable, "-m", "rl_assets.cli", "stop", "--home", str(v.home)], env=v.env(), capture_output=True
-            )
+            stop(v)
         shutil.rmtree(root, ignore_errors=True)
     if not args.json:
         head = (

@@ -374,3 +374,26 @@ def test_the_runtime_tree_places_each_file_at_its_path_and_binds_only_top_level_
     for bad in ("relative/lib.so", "/", "//"):
         with pytest.raises(ValueError, match="not an absolute path below /"):
             runtime_tree([[str(tmp_path / "libc.so.6"), bad]])
+
+
+def test_the_runtime_root_holds_the_runtimes_files_at_their_paths_and_a_mount_point_for_its_directories(
+    tmp_path, monkeypatch
+):
+    """The keeper binds one directory instead of a mount per runtime file: its files are the runtime's own (hard
+    links here, the same inode), its directories empty mount points, all readable by the sandbox's uid; a
+    replaced library (a new inode) gets a tree of its own. (Where it cannot be built, as for the attack suite's
+    caller "nobody", the keeper binds each file: that suite runs both ways.)"""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    lib, stdlib = tmp_path / "libc.so.6", tmp_path / "stdlib"
+    lib.write_text("c")
+    (stdlib / "lib-dynload").mkdir(parents=True)
+    binds = ((str(lib), "/lib/x86_64-linux-gnu/libc.so.6"), (str(stdlib), "/opt/py/lib/python3"))
+    root = Path(launcher.runtime_root.__wrapped__(binds))
+    assert root.parent == tmp_path / "home" / ".cache" / "rl-assets"
+    assert (root / "lib/x86_64-linux-gnu/libc.so.6").stat().st_ino == lib.stat().st_ino
+    assert (root / "opt/py/lib/python3").is_dir() and not any((root / "opt/py/lib/python3").iterdir())
+    assert {oct(p.stat().st_mode & 0o777) for p in [root, *root.rglob("*")] if p.is_dir()} == {"0o755"}
+    assert launcher.runtime_root.__wrapped__(binds) == str(root), "built once, then found"
+    lib.unlink()
+    lib.write_text("c, upgraded")
+    assert launcher.runtime_root.__wrapped__(binds) not in (None, str(root))

@@ -14,10 +14,11 @@ Keepers are forked, not started: ``python -I -S keeper.py --serve`` is a *zygote
 that has imported this module once and forks a keeper for each attempt (:func:`serve`). Starting an interpreter
 and importing these modules cost about 29 ms of CPU an attempt, a third of a reference trial's sandbox; a fork of
 the small zygote costs about one. The launcher passes the keeper's stdin, stdout and the attempt's fds over a
-Unix socket (``SCM_RIGHTS``); the zygote forks, places them at the numbers :data:`KEEPER_FDS` names, and replies
-with the keeper's pid. A keeper is told to stop (SIGTERM, by ``PR_SET_PDEATHSIG``) when its zygote exits, and the
-zygote exits when the launching process's end of the socket closes: a killed worker takes its sandboxes with it,
-each keeper killing its sandbox's processes and reaping them before it exits.
+Unix socket (``SCM_RIGHTS``), with a socket for the reply; the zygote forks, places them at the numbers
+:data:`KEEPER_FDS` names, and replies with the keeper's pid. A keeper is told to stop (SIGTERM, by
+``PR_SET_PDEATHSIG``) when its zygote exits, and the zygote exits when the launching process's end of the socket
+closes: a killed worker takes its sandboxes with it, each keeper killing its sandbox's processes and reaping them
+before it exits.
 
 Nothing in the sandbox's mount table names a host path of the home, the world or the fork: the overlay is
 mounted with paths relative to the attempt's directory (``/proc/mounts`` shows its options as given), and
@@ -27,6 +28,7 @@ is its source's path on its filesystem). The runtime files show their own system
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -159,22 +161,32 @@ def _directories(path: str) -> None:
         os.chmod(path, 0o755)
 
 
-def _stage_tree(base: str, binds: list[list[str]]) -> list[str]:
-    """Bind each runtime source at its own path in a tree under ``base/stage/root``; bubblewrap gets one read-only
-    bind per top-level directory of the tree (3 for this CPython's 28 files and directories), which remounts the
-    binds below it read-only too.
+def _stage_tree(base: str, binds: list[list[str]], runtime_root: str | None) -> list[str]:
+    """The runtime as a tree under ``base/stage/root``; bubblewrap gets one read-only bind per top-level directory
+    of the tree (3 for this CPython's 28 files and directories), which remounts the binds below it read-only too.
 
-    Every bind bubblewrap makes reads the whole mount table again, while a bind the keeper makes is one syscall:
-    so bubblewrap reads the table three times for the runtime, not once per file (``benchmarks/sandbox_cpu.py``)."""
+    ``runtime_root`` (the launcher's :func:`~rl_assets.sandbox.launcher.runtime_root`) already holds the files at
+    their paths: it is bound whole, and only the runtime's directories (the stdlib) are bound into it, on the
+    mount points it has. Without it, each file is bound at its path in a tree made here. Every bind bubblewrap
+    makes reads the whole mount table again, and every mount here is one more line in each such read and one
+    more to tear down with the namespace (``benchmarks/sandbox_cpu.py``)."""
     root = os.path.join(base, "stage", "root")
     placed, tops = runtime_tree(binds)
+    if runtime_root is not None:
+        os.mkdir(root)
+        _mount(runtime_root, root, None, _MS_BIND | _MS_REC)
     for source, rel in placed:
         point = os.path.join(root, rel)
-        _directories(os.path.dirname(point))
-        if os.path.isdir(source):
-            os.mkdir(point)
-        else:
-            open(point, "x").close()
+        if runtime_root is None:
+            _directories(os.path.dirname(point))
+            if os.path.isdir(source):
+                os.mkdir(point)
+            else:
+                open(point, "x").close()
+        elif not os.path.isdir(source):
+            continue  # the runtime root holds the file itself
+        elif not os.path.isdir(point):  # never made here: it would be made in the launcher's cache
+            raise RuntimeError(f"the sandbox's runtime root has no mount point for /{rel}")
         _mount(source, point, None, _MS_BIND | _MS_REC)
     return [arg for top in tops for arg in ("--ro-bind", os.path.join(STAGE_POINT, "root", top), f"/{top}")]
 
@@ -333,7 +345,8 @@ def main() -> int:
         _fork(config, config["sandbox_uid"])
         _hold(config)
         stage_tool(base, config["tool"])
-        argv = [*config["bwrap"], *_stage_tree(base, config["binds"]), *_stage_app(base, config.get("app", []))]
+        argv = [*config["bwrap"], *_stage_tree(base, config["binds"], config.get("runtime_root"))]
+        argv += _stage_app(base, config.get("app", []))
         argv += _stage_shm(base)
         _mount(os.path.join(base, "stage"), STAGE_POINT, None, _MS_MOVE)
         for hidden in config["hidden"]:
@@ -400,36 +413,42 @@ def _keeper(received: list[int], zygote: int) -> int:
 
 
 def serve(channel: socket.socket) -> int:
-    """The zygote: for each request on ``channel`` (the keeper's stdin and stdout, then the attempt's fds), fork a
-    keeper and reply with its pid; exit when the launching process closes its end."""
+    """The zygote: for each request on ``channel`` (the keeper's stdin and stdout, the attempt's fds, then a socket
+    for the reply), fork a keeper and reply with its pid on that socket; exit when the launching process closes
+    its end. Each request brings its own reply socket, so the launching process's threads need not take turns."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers report through their pipes: no status to collect
     zygote = os.getpid()
+    expected = 2 + len(KEEPER_FDS) + 1
     while True:
         try:
-            _, received, _, _ = socket.recv_fds(channel, 16, 2 + len(KEEPER_FDS))
+            _, received, _, _ = socket.recv_fds(channel, 16, expected)
         except OSError:
             return 0
         if not received:  # the launching process is gone: its keepers die with this process
             return 0
-        if len(received) != 2 + len(KEEPER_FDS):
+        if len(received) != expected:  # unanswerable: closing them all ends the request with "it exited"
             for fd in received:
                 os.close(fd)
-            channel.send(b"error: expected stdin, stdout and the attempt's fds")
             continue
+        *fds, reply_fd = received
+        reply = socket.socket(fileno=reply_fd)
         try:
             pid = os.fork()
         except OSError as err:
             pid, error = -1, f"error: fork: {err}"
         if pid == 0:
             channel.close()
+            reply.close()
             code = 1
             try:
-                code = _keeper(received, zygote)
+                code = _keeper(fds, zygote)
             finally:
                 os._exit(code)
-        for fd in received:
+        for fd in fds:
             os.close(fd)
-        channel.send(str(pid).encode() if pid > 0 else error.encode())
+        with contextlib.suppress(OSError):  # the requester gave up (its thread died): the keeper dies unconfigured
+            reply.send(str(pid).encode() if pid > 0 else error.encode())
+        reply.close()
 
 
 if __name__ == "__main__":

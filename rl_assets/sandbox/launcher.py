@@ -173,6 +173,57 @@ def _find_runtime(interpreter: str) -> Runtime:
     return tuple((source, dest) for dest, source in binds.items()), tuple(hidden), interpreter
 
 
+@functools.cache
+def runtime_root(binds: tuple[tuple[str, str], ...]) -> str | None:
+    """A directory holding the runtime's files at their own paths, and an empty directory wherever one of its
+    directories (the stdlib) is bound: what the keeper binds whole instead of a mount per file.
+
+    Its files are hard links to the runtime's (copies where a link is refused: another filesystem, or a
+    non-root caller under ``fs.protected_hardlinks``), so it costs no space as root. Built once per runtime in
+    the caller's own ``~/.cache/rl-assets`` (0700; the tree itself 0755, for the sandbox's uid), keyed by each
+    file's identity (device, inode, size, mtime): an upgraded library is a new tree. None where it cannot be
+    built (a home this uid cannot write): the keeper then binds each file, as before.
+    """
+    placed, _ = keeper.runtime_tree([list(b) for b in binds])
+    identity = [RUNTIME_FORMAT]
+    for source, rel in placed:
+        st = os.stat(source)
+        identity.append([source, rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns])
+    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
+    root = Path.home() / ".cache" / "rl-assets" / f"sandbox-root-{key}"
+    try:
+        if root.is_dir():
+            return str(root)
+        root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=root.parent))
+    except OSError:  # another uid's home (its ~/.cache is not ours to read)
+        return None
+    try:
+        staging.chmod(0o755)
+        for source, rel in placed:
+            point = staging / rel
+            for parent in reversed(point.relative_to(staging).parents[:-1]):
+                if not (staging / parent).is_dir():
+                    (staging / parent).mkdir()
+                    (staging / parent).chmod(0o755)
+            if os.path.isdir(source):
+                point.mkdir()
+                point.chmod(0o755)
+                continue
+            try:
+                os.link(source, point)
+            except OSError:
+                shutil.copy2(source, point)
+                point.chmod(0o755 if os.access(source, os.X_OK) else 0o644)
+        with contextlib.suppress(OSError):  # another process may have made the same tree first
+            os.replace(staging, root)
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(root) if root.is_dir() else None
+
+
 _COMPILE = (
     "import json, py_compile, sys\n"
     "for source, pyc, shown in json.loads(sys.stdin.read()):\n"
@@ -329,6 +380,7 @@ class _Attempt:
             "sandbox_uid": in_keeper_uid,
             "bwrap_uid": in_keeper_uid,
             "binds": [list(b) for b in binds],
+            "runtime_root": runtime_root(binds),
             "app": [list(f) for f in (*self.program.files, *bytecode(self.program))],
             "hidden": list(hidden),
             "tools_only": list(TOOLS_ONLY),

@@ -2,8 +2,8 @@
 
 Starting the keeper as an interpreter of its own cost about 29 ms of CPU an attempt, a third of a reference
 trial's sandbox; ``keeper.py --serve`` (:func:`rl_assets.sandbox.keeper.serve`) has imported the keeper once
-and forks it per attempt. This module starts that zygote, hands it an attempt's fds, and holds the keeper it
-forked through a pidfd.
+and forks it per attempt. This module starts that zygote, hands it an attempt's fds (and a socket for its reply), and
+holds the keeper it forked through a pidfd.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ class Zygote:
     def __init__(self, interpreter: str) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.channel = ours
-        self._mutex = threading.Lock()
         started: list[subprocess.Popen | BaseException] = []
         ready = threading.Event()
 
@@ -84,13 +83,23 @@ class Zygote:
             return zygote
 
     def fork_keeper(self, fds: list[int]) -> ForkedKeeper:
-        """A new keeper with ``fds`` (its stdin, stdout, then the attempt's fds)."""
-        with self._mutex:
-            try:
-                socket.send_fds(self.channel, [b"keeper"], fds)
-                reply = self.channel.recv(256).decode(errors="replace")
-            except OSError as err:
-                raise RuntimeError(f"the sandbox keeper's zygote is gone: {err}") from err
+        """A new keeper with ``fds`` (its stdin, stdout, then the attempt's fds).
+
+        The zygote replies on a socket of this request's own, sent with the fds, so requests from many trial
+        threads are in flight at once: with one round trip at a time on the shared channel, 256 threads starting
+        together queued for up to four seconds, each holding the turn until it had the interpreter's lock back.
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            try:  # a whole message per send on a SOCK_SEQPACKET socket: threads' sends never interleave
+                socket.send_fds(self.channel, [b"keeper"], [*fds, theirs.fileno()])
+            finally:
+                theirs.close()
+            reply = ours.recv(256).decode(errors="replace")  # empty once the zygote closed its copy unanswered
+        except OSError as err:
+            raise RuntimeError(f"the sandbox keeper's zygote is gone: {err}") from err
+        finally:
+            ours.close()
         if not reply.isdigit():
             raise RuntimeError(f"the sandbox keeper's zygote could not fork a keeper: {reply or 'it exited'}")
         return ForkedKeeper(int(reply))
