@@ -48,4 +48,12 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except SystemExit as stop:  # an injected fault's exit
+        code = stop.code
+    # Without the interpreter's teardown, about an eighth of this short process's CPU: every file it wrote is
+    # closed already, and nothing is left to flush but the standard streams.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
