@@ -68,7 +68,8 @@ def test_the_run_workers_forkserver_preloads_every_storage_module_of_the_instanc
 
 def test_concurrent_storage_calls_keep_their_connections_and_ask_the_schema_once(instance):
     """A rollout run's trial threads write at once: the storages open at most their pool's connections and keep
-    them (a second burst opens none), and Dagster's column checks reach the catalog once, not on every call."""
+    them (a second burst opens none), and Dagster's column and table checks reach the catalog once, not on every
+    call."""
     from concurrent.futures import ThreadPoolExecutor
 
     from rl_assets.instance.pooled_storage import CONNECTIONS
@@ -79,7 +80,7 @@ def test_concurrent_storage_calls_keep_their_connections_and_ask_the_schema_once
         opened.append(1)
 
     def catalog_reads(conn, cursor, statement, *_: object) -> None:
-        if "pg_catalog.pg_attribute" in statement:
+        if "pg_catalog.pg_attribute" in statement or "pg_catalog.pg_class.relname" in statement:
             catalog.append(statement)
 
     def burst() -> None:
@@ -96,9 +97,11 @@ def test_concurrent_storage_calls_keep_their_connections_and_ask_the_schema_once
         for _ in range(20):
             assert instance.run_storage.has_run_stats_index_cols()
             assert instance.event_log_storage.has_asset_key_col("last_materialization_timestamp")
+            assert instance.schedule_storage.has_instigators_table()  # read on every sensor state change
+            assert instance.schedule_storage.has_secondary_index_table()
     finally:
         sqlalchemy.event.remove(sqlalchemy.pool.Pool, "connect", count)
         sqlalchemy.event.remove(sqlalchemy.engine.Engine, "before_cursor_execute", catalog_reads)
     assert first <= CONNECTIONS, f"{first} connections for 24 threads"
     assert second == 0, f"a second burst opened {second} more"
-    assert len(catalog) <= 2, f"{len(catalog)} catalog reads for 40 schema checks"
+    assert len(catalog) <= 4, f"{len(catalog)} catalog reads for 80 schema checks"

@@ -13,7 +13,8 @@ the instance from its reference. The schedule storage (sensor ticks and cursors,
 second while the driver's sensors long-poll) is pooled the same way.
 
 Dagster also asks the catalog, on most writes, whether a table or a column of its schema exists (``has_table``,
-``has_asset_key_col``, ``has_run_stats_index_cols``, ...): about twenty catalog queries a trial, uncached. These
+``has_asset_key_col``, ``has_run_stats_index_cols``, ``_has_instigators_table``...): about twenty catalog queries a
+trial, uncached, and one on each read or write of a sensor's state. These
 storages remember each check that answered yes (a migration adds tables and columns, never drops them, so a yes
 stays true for the life of the process); a no is asked again, so a ``dagster instance migrate`` while the home
 runs is seen as before.
@@ -140,7 +141,29 @@ class PooledPostgresEventLogStorage(PostgresEventLogStorage):
 
 
 class PooledPostgresScheduleStorage(PostgresScheduleStorage):
-    """dagster-postgres's schedule storage with a connection pool."""
+    """dagster-postgres's schedule storage with a connection pool and its table checks' yes answers kept.
+
+    Dagster lists every table of the database (``get_table_names``, a catalog join) on each read or write of a
+    sensor's state: the driver's sensors, long-polling, made it about eleven times a second during a step.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._schema = _SchemaChecks()
+        super().__init__(*args, **kwargs)
+
+    def _has_instigators_table(self, conn: Any) -> bool:
+        return self._schema.ask(
+            ("table", "instigators"), lambda: super(PooledPostgresScheduleStorage, self)._has_instigators_table(conn)
+        )
+
+    def _has_asset_daemon_asset_evaluations_table(self, conn: Any) -> bool:
+        return self._schema.ask(
+            ("table", "asset_daemon_asset_evaluations"),
+            lambda: super(PooledPostgresScheduleStorage, self)._has_asset_daemon_asset_evaluations_table(conn),
+        )
+
+    def has_secondary_index_table(self) -> bool:
+        return self._schema.ask(("table", "secondary_indexes"), super().has_secondary_index_table)
 
     @classmethod
     def from_config_value(cls, inst_data: Any, config_value: Mapping[str, Any]) -> PooledPostgresScheduleStorage:
