@@ -397,3 +397,53 @@ def test_the_runtime_root_holds_the_runtimes_files_at_their_paths_and_a_mount_po
     lib.unlink()
     lib.write_text("c, upgraded")
     assert launcher.runtime_root.__wrapped__(binds) not in (None, str(root))
+
+
+def test_a_tool_reply_reaches_the_agent_exactly_whatever_its_characters():
+    """The reply is framed by its length in characters, and the agent reads it without translating newlines."""
+    from rl_assets.sandbox.reference_agent import read_reply
+
+    replies = [(True, "line\r\nnext\rlast\n"), (True, "é ü 数 🙂"), (True, ""), (False, "no such document: 'x'")]
+    r, w = os.pipe()
+    with os.fdopen(w, "wb") as out:
+        out.write(b"".join(launcher.reply_frame(ok, text) for ok, text in replies))
+    with os.fdopen(r, "r", encoding="utf-8", newline="") as incoming:
+        assert [read_reply(incoming) for _ in replies] == replies
+
+
+PROTOCOL_MAIN = """\
+import json, os
+
+requests, replies = os.fdopen(3, "w"), os.fdopen(4, "r", newline="")
+seen = []
+for line in ["bogus", "read", "read docs/doc_99.txt", "read ../etc/passwd", *["read docs/doc_0.txt"] * 9]:
+    requests.write(line + "\\n")
+    requests.flush()
+    status, _, size = replies.readline().partition(" ")
+    text = replies.read(int(size))
+    seen.append(status if status == "ok" else f"{status}: {text}")
+with open("answer.txt", "w") as f:
+    json.dump(seen, f)
+"""
+
+
+def test_the_harness_refuses_malformed_requests_unknown_documents_and_reads_past_the_turn_budget(worlds, tmp_path):
+    (tmp_path / "main.py").write_text(PROTOCOL_MAIN)
+    program = AgentProgram(files=((str(tmp_path / "main.py"), "main.py"),))
+    with worlds.fork("w0", "protocol", "a", isolation().overlay) as fork:
+        rollout = run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork), timeout_s=30, program=program)
+    assert json.loads(rollout.answer) == [
+        "error: malformed tool request",
+        "error: malformed tool request",
+        "error: no such document: 'docs/doc_99.txt'",
+        "error: no such document: '../etc/passwd'",
+        *["ok"] * SPEC.max_turns,
+        "error: turn budget spent",
+    ]
+    assert [turn.doc for turn in rollout.turns] == [0] * SPEC.max_turns, "only the documents served are turns"
+
+
+def test_a_trial_id_with_whitespace_is_refused_before_the_sandbox_starts(worlds):
+    spec = SPEC.model_copy(update={"trial_id": "s0 p0"})
+    with worlds.fork("w0", "ws", "a", isolation().overlay) as fork, pytest.raises(ValueError, match="one word"):
+        run_sandbox(SandboxRequest(spec=spec, prior=[1.0] * 8, fork=fork), timeout_s=30)

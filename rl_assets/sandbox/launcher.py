@@ -55,7 +55,7 @@ DEFAULT_LIMITS = Limits()
 TOOLS_ONLY = (DOCS_DIR,)
 """Fork directories hidden from the sandbox (an empty read-only tmpfs over them): the world's documents reach
 the agent only through its read tool, served and recorded here, so no answer can come from an unrecorded read."""
-_DOC_PATH = re.compile(rf"{DOCS_DIR}/doc_(\d+)\.txt")
+_DOC_PATH = re.compile(rf"{DOCS_DIR}/doc_(\d+)\.txt", re.ASCII)
 
 
 class SandboxTimeout(RuntimeError):
@@ -312,6 +312,25 @@ def bwrap_argv(hostname: str, seccomp_fd: int, setenv: dict[str, str] | None = N
     return [*argv, "--seccomp", str(seccomp_fd), "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
 
 
+def task_line(request: SandboxRequest) -> str:
+    """The reference agent's task, one line of plain fields: ``trial_id max_turns fail_below hang prior...``.
+
+    The tool protocol is plain text (this line, ``read <path>`` requests, length-framed replies) so the agent
+    imports no codec: ``json`` and the ``re`` and ``enum`` it imports were 40% of a sandboxed agent's start.
+    Floats are written as ``repr``, which ``float`` reads back exactly."""
+    trial_id = request.spec.trial_id
+    if not trial_id or any(c.isspace() for c in trial_id):
+        raise ValueError(f"a trial id is one word, not {trial_id!r}")
+    fields = [trial_id, str(request.spec.max_turns), repr(float(request.fail_below)), "1" if request.hang else "0"]
+    return " ".join([*fields, *(repr(float(weight)) for weight in request.prior)])
+
+
+def reply_frame(ok: bool, text: str) -> bytes:
+    """A tool reply: ``ok <n>`` or ``error <n>``, a newline, then the ``n`` characters of the document or the reason
+    (:func:`rl_assets.sandbox.reference_agent.read_reply` reads it)."""
+    return f"{'ok' if ok else 'error'} {len(text)}\n{text}".encode()
+
+
 def run_sandbox(
     request: SandboxRequest, timeout_s: float, program: AgentProgram = REFERENCE_AGENT, limits: Limits = DEFAULT_LIMITS
 ) -> Rollout:
@@ -344,15 +363,7 @@ class _Attempt:
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
         self.fds = [req_r, rep_w, out_r]
-        task = json.dumps(
-            {
-                "trial_id": self.request.spec.trial_id,
-                "max_turns": self.request.spec.max_turns,
-                "prior": self.request.prior,
-                "fail_below": self.request.fail_below,
-                "hang": self.request.hang,
-            }
-        )
+        task = task_line(self.request)
         if isolation().name == "bwrap":
             report = self._run_bwrap(task, req_w, rep_r, out_w, req_r, rep_w, out_r)
         else:
@@ -502,26 +513,27 @@ class _Attempt:
         except ValueError:
             raise RuntimeError("sandbox keeper died without a report") from None
 
-    def _tool(self, line: bytes) -> dict:
-        """One tool call, recorded here (the trusted side): a read of one of the world's documents."""
-        try:
-            path = json.loads(line)["read"]
-        except (ValueError, KeyError, TypeError):
-            return {"error": "malformed tool request"}
-        match = _DOC_PATH.fullmatch(path) if isinstance(path, str) else None
+    def _tool(self, line: bytes) -> tuple[bool, str]:
+        """One tool call, recorded here (the trusted side): a read of one of the world's documents.
+
+        (ok, the document) or (False, why not). A request is a line ``read <path>``."""
+        command, _, path = line.decode("utf-8", errors="replace").partition(" ")
+        if command != "read" or not path:
+            return False, "malformed tool request"
+        match = _DOC_PATH.fullmatch(path)
         if match is None or int(match.group(1)) >= len(self.request.prior):
-            return {"error": f"no such document: {str(path)[:100]!r}"}
+            return False, f"no such document: {path[:100]!r}"
         if len(self.turns) >= self.request.spec.max_turns:
-            return {"error": "turn budget spent"}
+            return False, "turn budget spent"
         if self.request.tool_latency_s:
             time.sleep(self.request.tool_latency_s)
         text = (Path(self.request.fork.lower) / path).read_text(encoding="utf-8")
         self.turns.append(Turn(doc=int(match.group(1)), found=SECRET_MARKER in text))
-        return {"text": text}
+        return True, text
 
-    def _reply(self, fd: int, reply: dict) -> None:
+    def _reply(self, fd: int, reply: tuple[bool, str]) -> None:
         try:
-            os.write(fd, json.dumps(reply).encode() + b"\n")
+            os.write(fd, reply_frame(*reply))
         except BrokenPipeError:
             pass
 

@@ -3,11 +3,18 @@
 It reads its task from stdin, asks the harness for every document over the tool pipes (the harness
 records each turn itself), and writes its files into its working directory, the fork. Nothing it prints
 is a result: the harness builds the trajectory from the turns it served and the files it finds in the fork.
+
+The protocol is plain text (:func:`rl_assets.sandbox.launcher.task_line` is the harness's side), so this process
+imports no codec: ``json``, with the ``re`` and ``enum`` it imports, was 40% of its start.
+
+- stdin, one line: ``trial_id max_turns fail_below hang prior...`` (floats as ``repr``; ``hang`` 0 or 1);
+- fd 3, one line per request: ``read <path>``;
+- fd 4, per request: ``ok <n>`` or ``error <n>``, a newline, then the ``n`` characters of the document or the reason.
 """
 
 from __future__ import annotations
 
-import json
+import io
 import os
 import sys
 import time
@@ -19,31 +26,38 @@ TOOL_REPLIES_FD = 4
 EXIT_FAULT = 3
 
 
+def read_reply(replies: io.TextIOWrapper) -> tuple[bool, str]:
+    """One reply: (ok, the document) or (False, why not). ``replies`` must not translate newlines. (Nothing here
+    imports ``typing``, which imports ``re``: the annotations are never evaluated.)"""
+    status, _, size = replies.readline().partition(" ")
+    return status == "ok", replies.read(int(size))
+
+
 def main() -> int:
-    task = json.loads(sys.stdin.readline())
+    trial_id, max_turns, fail_below, hang, *prior = sys.stdin.readline().split()
     requests = os.fdopen(TOOL_REQUESTS_FD, "w", encoding="utf-8")
-    replies = os.fdopen(TOOL_REPLIES_FD, "r", encoding="utf-8")
+    replies = os.fdopen(TOOL_REPLIES_FD, "r", encoding="utf-8", newline="")  # n characters are n, \r\n included
 
     def read(path: str) -> str:
-        requests.write(json.dumps({"read": path}) + "\n")
+        requests.write(f"read {path}\n")
         requests.flush()
-        reply = json.loads(replies.readline())
-        if "error" in reply:
-            raise PermissionError(reply["error"])
-        return reply["text"]
+        ok, text = read_reply(replies)
+        if not ok:
+            raise PermissionError(text)
+        return text
 
     def write(path: str, text: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
 
     def on_fault_draw(draw: float) -> None:
-        if draw < task["fail_below"]:
-            print(f"injected sandbox fault (fault draw {draw:.3f} < {task['fail_below']})", file=sys.stderr)
+        if draw < float(fail_below):
+            print(f"injected sandbox fault (fault draw {draw:.3f} < {float(fail_below)})", file=sys.stderr)
             sys.exit(EXIT_FAULT)
-        while task["hang"]:  # an injected hung sandbox: only the harness's timeout ends it
+        while hang == "1":  # an injected hung sandbox: only the harness's timeout ends it
             time.sleep(3600)
 
-    act(task["trial_id"], task["max_turns"], task["prior"], read, write, on_fault_draw)
+    act(trial_id, int(max_turns), [float(weight) for weight in prior], read, write, on_fault_draw)
     return 0
 
 
