@@ -38,7 +38,7 @@ from rl_assets.domain.waiting import Waiting
 from rl_assets.domain.world import world_secret
 from rl_assets.home.layout import Home
 from rl_assets.home.services.postgres import PostgresInfo
-from rl_assets.sandbox import launcher
+from rl_assets.sandbox import runtime_files
 from rl_assets.sandbox.launcher import REFERENCE_AGENT, AgentProgram, SandboxTimeout, isolation, run_sandbox
 from rl_assets.sandbox.limits import CGROUP_ROOT, PREFIX, Limits
 from rl_assets.sandbox.protocol import RESULT_MARKER, SandboxRequest
@@ -243,8 +243,8 @@ def test_remounting_is_refused(attack, arena, home):
 
 def test_writes_outside_the_fork_fail(attack, arena, home):
     targets = _host_targets(arena, home)
-    runtime = {f"/{Path(dest).parts[1]}/escaped" for _, dest in launcher._runtime(sys.executable)[0]}
-    runtime |= {os.path.join(os.path.dirname(dest), "escaped") for _, dest in launcher._runtime(sys.executable)[0]}
+    runtime = {f"/{Path(dest).parts[1]}/escaped" for _, dest in runtime_files.runtime(sys.executable)[0]}
+    runtime |= {os.path.join(os.path.dirname(dest), "escaped") for _, dest in runtime_files.runtime(sys.executable)[0]}
     inside = ["/app/main.py", "/usr/escaped", "/escaped", "/proc/sys/kernel/hostname", *sorted(runtime)]
     out = attack("write_outside", {"targets": [*map(str, targets.values()), *inside]})
     assert "written" not in out.seen["writes"].values(), out.seen

@@ -17,7 +17,7 @@ from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.waiting import Waiting
 from rl_assets.domain.world import world_documents, world_secret
 from rl_assets.kubernetes.pod_specs import JUDGE_KEY_ENV
-from rl_assets.sandbox import bubblewrap, launcher, limits
+from rl_assets.sandbox import bubblewrap, launcher, limits, runtime_files
 from rl_assets.sandbox.bubblewrap import SandboxUnavailable
 from rl_assets.sandbox.launcher import (
     REFERENCE_AGENT,
@@ -297,7 +297,7 @@ def test_a_dead_launchers_attempt_cgroups_are_swept_once_a_minute_not_before_eve
 def test_the_sandbox_runtime_binds_none_of_the_libraries_only_tkinter_needs():
     """Each bind is a mount bubblewrap remounts after reading the whole mount table again; tkinter cannot run
     without a display, so the libraries only it links (Tk, X11, fonts) are not bound."""
-    binds, _, interpreter = launcher._find_runtime(os.path.realpath(sys.executable))
+    binds, _, interpreter = runtime_files.find_runtime(os.path.realpath(sys.executable))
     dynload = list((Path(os.__file__).parent / "lib-dynload").glob("*.so"))  # the base interpreter's stdlib
 
     def linked(paths: list[Path]) -> set[str]:
@@ -336,14 +336,15 @@ def test_the_agents_modules_reach_the_sandbox_as_bytecode_its_interpreter_accept
     (tmp_path / "main.py").write_text(PROBE_MAIN)
     (tmp_path / "probe.py").write_text("VALUE = 'from probe'\n")
     program = AgentProgram(files=((str(tmp_path / "main.py"), "main.py"), (str(tmp_path / "probe.py"), "probe.py")))
-    assert [rel for _, rel in launcher.bytecode(program)] == [f"__pycache__/probe.{sys.implementation.cache_tag}.pyc"]
+    compiled = runtime_files.bytecode(program.files, program.entry, program.interpreter)
+    assert [rel for _, rel in compiled] == [f"__pycache__/probe.{sys.implementation.cache_tag}.pyc"]
     with worlds.fork("w0", "bytecode", "a", isolation().overlay) as fork:
         rollout = run_sandbox(SandboxRequest(spec=SPEC, prior=[1.0] * 8, fork=fork), timeout_s=30, program=program)
     seen = json.loads(rollout.answer)
     assert seen == {"cached": f"/app/__pycache__/probe.{sys.implementation.cache_tag}.pyc", "accepted": True,
                     "value": "from probe"}  # fmt: skip
     (tmp_path / "probe.py").write_text("VALUE = 'changed again'\n")  # a changed source has bytecode of its own
-    assert launcher.bytecode.__wrapped__(program) not in ((), launcher.bytecode(program))
+    assert runtime_files.bytecode.__wrapped__(program.files, program.entry, program.interpreter) not in ((), compiled)
 
 
 def test_the_runtime_tree_places_each_file_at_its_path_and_binds_only_top_level_directories(tmp_path):
@@ -388,15 +389,15 @@ def test_the_runtime_root_holds_the_runtimes_files_at_their_paths_and_a_mount_po
     lib.write_text("c")
     (stdlib / "lib-dynload").mkdir(parents=True)
     binds = ((str(lib), "/lib/x86_64-linux-gnu/libc.so.6"), (str(stdlib), "/opt/py/lib/python3"))
-    root = Path(launcher.runtime_root.__wrapped__(binds))
+    root = Path(runtime_files.runtime_root.__wrapped__(binds))
     assert root.parent == tmp_path / "home" / ".cache" / "rl-assets"
     assert (root / "lib/x86_64-linux-gnu/libc.so.6").stat().st_ino == lib.stat().st_ino
     assert (root / "opt/py/lib/python3").is_dir() and not any((root / "opt/py/lib/python3").iterdir())
     assert {oct(p.stat().st_mode & 0o777) for p in [root, *root.rglob("*")] if p.is_dir()} == {"0o755"}
-    assert launcher.runtime_root.__wrapped__(binds) == str(root), "built once, then found"
+    assert runtime_files.runtime_root.__wrapped__(binds) == str(root), "built once, then found"
     lib.unlink()
     lib.write_text("c, upgraded")
-    assert launcher.runtime_root.__wrapped__(binds) not in (None, str(root))
+    assert runtime_files.runtime_root.__wrapped__(binds) not in (None, str(root))
 
 
 def test_a_tool_reply_reaches_the_agent_exactly_whatever_its_characters():

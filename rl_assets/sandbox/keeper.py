@@ -165,7 +165,7 @@ def _stage_tree(base: str, binds: list[list[str]], runtime_root: str | None) -> 
     """The runtime as a tree under ``base/stage/root``; bubblewrap gets one read-only bind per top-level directory
     of the tree (3 for this CPython's 28 files and directories), which remounts the binds below it read-only too.
 
-    ``runtime_root`` (the launcher's :func:`~rl_assets.sandbox.launcher.runtime_root`) already holds the files at
+    ``runtime_root`` (:func:`rl_assets.sandbox.runtime_files.runtime_root`) already holds the files at
     their paths: it is bound whole, and only the runtime's directories (the stdlib) are bound into it, on the
     mount points it has. Without it, each file is bound at its path in a tree made here. Every bind bubblewrap
     makes reads the whole mount table again, and every mount here is one more line in each such read and one
