@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from rl_assets.sandbox.keeper import runtime_tree
@@ -86,6 +87,34 @@ def find_runtime(interpreter: str) -> Runtime:
     return tuple((source, dest) for dest, source in binds.items()), tuple(hidden), interpreter
 
 
+def _key(identity: object) -> str:
+    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
+
+
+def _built_once(name: str, build: Callable[[Path], bool]) -> Path | None:
+    """``~/.cache/rl-assets/<name>``, made by ``build`` in a private staging directory and moved into place whole,
+    so no process ever sees half of it (another may have moved the same one first). None where this uid has no
+    cache of its own (another uid's home) or ``build`` said no."""
+    target = Path.home() / ".cache" / "rl-assets" / name
+    try:
+        if target.is_dir():
+            return target
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{name}.", dir=target.parent))
+    except OSError:
+        return None
+    try:
+        if not build(staging):
+            return None
+        with contextlib.suppress(OSError):  # another process made the same one first
+            os.replace(staging, target)
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target if target.is_dir() else None
+
+
 @functools.cache
 def runtime_root(binds: tuple[tuple[str, str], ...]) -> str | None:
     """A directory holding the runtime's files at their own paths, and an empty directory wherever one of its
@@ -98,20 +127,12 @@ def runtime_root(binds: tuple[tuple[str, str], ...]) -> str | None:
     built (a home this uid cannot write): the keeper then binds each file, as before.
     """
     placed, _ = runtime_tree([list(b) for b in binds])
-    identity = [RUNTIME_FORMAT]
+    identity: list[object] = [RUNTIME_FORMAT]
     for source, rel in placed:
         st = os.stat(source)
         identity.append([source, rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns])
-    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
-    root = Path.home() / ".cache" / "rl-assets" / f"sandbox-root-{key}"
-    try:
-        if root.is_dir():
-            return str(root)
-        root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f"{root.name}.", dir=root.parent))
-    except OSError:  # another uid's home (its ~/.cache is not ours to read)
-        return None
-    try:
+
+    def build(staging: Path) -> bool:
         staging.chmod(0o755)
         for source, rel in placed:
             point = staging / rel
@@ -128,13 +149,10 @@ def runtime_root(binds: tuple[tuple[str, str], ...]) -> str | None:
             except OSError:
                 shutil.copy2(source, point)
                 point.chmod(0o755 if os.access(source, os.X_OK) else 0o644)
-        with contextlib.suppress(OSError):  # another process may have made the same tree first
-            os.replace(staging, root)
-    except OSError:
-        return None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return str(root) if root.is_dir() else None
+        return True
+
+    root = _built_once(f"sandbox-root-{_key(identity)}", build)
+    return None if root is None else str(root)
 
 
 _COMPILE = (
@@ -155,43 +173,32 @@ def bytecode(files: tuple[tuple[str, str], ...], entry: str, interpreter: str) -
     interpreter uses one only if it was compiled from the very source copied beside it, and compiles any other.
     Cached in the caller's own ``~/.cache/rl-assets`` (0700), like the runtime, keyed by the interpreter and the
     sources' identities. The entry script is compiled by every start (Python never reads a script's bytecode).
+    None of them where they cannot be compiled (a syntax error: the agent then fails in its sandbox, saying so)
+    or cached (a home this uid cannot write): the sandbox compiles them, as before.
     """
     modules = [(source, rel) for source, rel in files if rel.endswith(".py") and rel != entry]
     if not modules:
         return ()
     interpreter = os.path.realpath(interpreter)
-    identity = [RUNTIME_FORMAT, interpreter, os.stat(interpreter).st_mtime_ns, sys.version]
+    identity: list[object] = [RUNTIME_FORMAT, interpreter, os.stat(interpreter).st_mtime_ns, sys.version]
     identity += [(source, rel, os.stat(source).st_mtime_ns, os.stat(source).st_size) for source, rel in modules]
-    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
-    cache = Path.home() / ".cache" / "rl-assets" / f"agent-bytecode-{key}"
+
+    def build(staging: Path) -> bool:
+        jobs = [(source, str(staging / f"{i}.pyc"), f"/app/{rel}") for i, (source, rel) in enumerate(modules)]
+        done = subprocess.run(
+            [interpreter, "-I", "-S", "-c", _COMPILE], input=json.dumps(jobs), capture_output=True, text=True
+        )
+        (staging / "cache_tag").write_text(done.stdout.strip())
+        return done.returncode == 0
+
+    cache = _built_once(f"agent-bytecode-{_key(identity)}", build)
     try:
-        tag = _compiled(cache, interpreter, modules)
-    except OSError:  # no cache of our own here (a home we cannot write): the sandbox compiles them, as before
-        return ()
-    if tag is None:
+        tag = None if cache is None else (cache / "cache_tag").read_text()
+    except OSError:
+        tag = None
+    if cache is None or not tag:
         return ()
     return tuple(
         (str(cache / f"{i}.pyc"), str(Path(rel).parent / "__pycache__" / f"{Path(rel).stem}.{tag}.pyc"))
         for i, (_, rel) in enumerate(modules)
     )
-
-
-def _compiled(cache: Path, interpreter: str, modules: list[tuple[str, str]]) -> str | None:
-    """Compile ``modules`` into ``cache`` as ``0.pyc``, ``1.pyc``... unless there already; their cache tag, or None
-    if the interpreter could not compile them (the agent then fails in its sandbox, with the reason)."""
-    tag_file = cache / "cache_tag"
-    if not tag_file.is_file():
-        cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f"{cache.name}.", dir=cache.parent))
-        jobs = [(source, str(staging / f"{i}.pyc"), f"/app/{rel}") for i, (source, rel) in enumerate(modules)]
-        done = subprocess.run(
-            [interpreter, "-I", "-S", "-c", _COMPILE], input=json.dumps(jobs), capture_output=True, text=True
-        )
-        if done.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            return None
-        (staging / "cache_tag").write_text(done.stdout.strip())
-        with contextlib.suppress(OSError):  # another process may have put the same bytecode there first
-            os.replace(staging, cache)
-        shutil.rmtree(staging, ignore_errors=True)
-    return tag_file.read_text()
