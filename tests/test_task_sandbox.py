@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -318,3 +320,51 @@ def test_an_unprivileged_caller_gets_the_same_sandbox(tmp_path):
         "left": "",
         "world": "given\n",
     }
+
+
+ORPHANED = """
+import subprocess, sys
+from pathlib import Path
+from rl_assets.sandbox.task_shell import TaskShell
+from rl_assets.worlds.local import LocalWorlds
+worlds = LocalWorlds(Path(sys.argv[1]) / "worlds", Path(sys.argv[1]) / "forks")
+worlds.world_dir("w").mkdir(parents=True)
+(worlds.world_dir("w") / "f.txt").write_text("x")
+worlds.reseal("w")
+with worlds.fork("w", "trial", "a0", overlay=True) as layout:
+    shell = TaskShell(layout)
+    # a process that outlives this one holding the keeper's stdin open: its end of file never comes
+    holder = subprocess.Popen(["sleep", "600"], pass_fds=(shell.proc.stdin.fileno(),), start_new_session=True)
+    print(shell.keeper_pid, holder.pid, flush=True)
+    sys.stdin.read()  # until killed
+"""
+
+
+def test_the_keeper_dies_with_the_process_that_launched_it(tmp_path):
+    """The keeper arms its own parent-death signal after exec (its launch is a vfork, no code before the exec):
+    a SIGKILLed launcher leaves no keeper holding the fork's mounts, even while another process holds its stdin
+    open (so it never reads the end of its commands)."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", ORPHANED, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    keeper_pid, holder = map(int, launcher.stdout.readline().split())
+    pidfd = os.pidfd_open(keeper_pid)
+    try:
+        launcher.kill()
+        launcher.wait()
+        ended = select.poll()
+        ended.register(pidfd, select.POLLIN)
+        assert ended.poll(30_000), "the keeper outlived its launcher"
+    finally:
+        os.close(pidfd)
+        os.kill(holder, signal.SIGKILL)
+
+
+def test_a_keeper_whose_launcher_is_already_gone_exits_before_it_unshares():
+    """Its parent is not the launcher it was told of (the launcher died before the signal was armed): it exits."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", task_shell.task_keeper.__file__, str(os.getpid() + 1 << 22)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout) == (1, b"")

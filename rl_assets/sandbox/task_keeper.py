@@ -2,7 +2,7 @@
 
 A task attempt is many commands (the agent's, then the verifier) on one fork, so unlike the rollout's
 keeper this one does not exit after one sandbox: it sets up once and then serves commands until its
-stdin closes. Started by :mod:`rl_assets.sandbox.task_shell` as ``python -I -S task_keeper.py``
+stdin closes. Started by :mod:`rl_assets.sandbox.task_shell` as ``python -I -S task_keeper.py <parent pid>``
 (standard library only, plus the rollout keeper beside it, whose mount helpers it reuses). As root of
 its own user and mount namespaces (and of nothing else) it mounts, in its private mount namespace only:
 
@@ -35,6 +35,7 @@ import json
 import os
 import resource
 import select
+import signal
 import stat
 import subprocess
 import sys
@@ -211,7 +212,20 @@ def run_command(config: dict, common: list[str], request: dict, serial: int) -> 
     }
 
 
+def _die_with(parent: int) -> None:
+    """SIGKILLed when the launcher's thread that started this process ends.
+
+    Armed here, after exec, not in a ``preexec_fn``: a child that runs Python before its exec makes the
+    launcher fork (not vfork) its whole process, copying the page tables of a rollout worker that holds
+    hundreds of trials, with the interpreter's lock held: about 40 ms of a core per attempt, one at a time.
+    """
+    keeper._LIBC.prctl(keeper._PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died before the line above: no signal would come
+        os._exit(1)
+
+
 def main() -> int:
+    _die_with(int(sys.argv[1]))
     keeper._LIBC.prctl(keeper._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if keeper._LIBC.unshare(keeper._CLONE_NEWUSER | keeper._CLONE_NEWNS):
         print(json.dumps({"error": f"unshare: {os.strerror(ctypes.get_errno())}"}), flush=True)

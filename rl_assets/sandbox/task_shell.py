@@ -38,7 +38,6 @@ from rl_assets.sandbox.bubblewrap import bubblewrap
 from rl_assets.sandbox.launcher import DEFAULT_LIMITS, SANDBOX_UID, bwrap_argv, isolation, write_maps
 from rl_assets.sandbox.limits import AttemptCgroup, Limits
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout
-from rl_assets.sandbox.zygote import die_with_parent
 
 DEFAULT_WORKDIR = "/app"
 """Harbor's usual ``WORKDIR``."""
@@ -364,15 +363,15 @@ class TaskShell:
         }
         self.cgroup = AttemptCgroup(self.limits) if self.host_uid is not None else None
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", task_keeper.__file__],
+            self.proc = subprocess.Popen(  # no preexec_fn: a vfork; the keeper arms its parent-death signal
+                [sys.executable, "-I", "-S", task_keeper.__file__, str(os.getpid())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 env={},
                 cwd="/",
                 pass_fds=(sec,),
-                preexec_fn=die_with_parent,
+                process_group=0,
             )
         finally:
             os.close(sec)
