@@ -388,3 +388,29 @@ def test_the_api_key_comes_from_the_named_variable_and_defaults_to_a_placeholder
         client.complete([_user("greeting.txt")])
         assert "sk-test" not in repr(client.endpoint) + repr(client.endpoint.model_dump())
     assert server.stats()["bearers"] == ["no-key", "sk-test"]
+
+
+def test_clients_share_the_processs_tls_settings_and_keep_their_own_connections(served, monkeypatch) -> None:
+    """The TLS context is built once a process (it cost ~27 ms of CPU a trial); each client's pool is its own, so
+    closing one client leaves another answering."""
+    import httpx
+
+    from rl_assets.workloads.harbor import client as client_module
+
+    built: list[object] = []
+    create = httpx.create_ssl_context
+
+    def counted(*args: Any, **kwargs: Any) -> object:
+        built.append(create(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(client_module, "_TLS", [])
+    monkeypatch.setattr(httpx, "create_ssl_context", counted)
+    server = served(script())
+    first, second, third = (ChatClient(endpoint(server)) for _ in range(3))
+    assert len(built) == 1
+    first.close()
+    with second, third:
+        assert second.complete([_user("greeting.txt")]).message.tool_calls
+        assert third.complete([_user("greeting.txt")]).message.tool_calls
+    assert counts(server)[0] == {"policy": 2}
