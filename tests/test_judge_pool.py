@@ -76,9 +76,9 @@ def test_one_judge_slot_serializes_calls_and_a_killed_holder_frees_it(home, stor
 
 
 def test_a_runs_trials_wait_for_the_judge_pool_in_the_worker_not_on_the_slot_table(instance):
-    """Twelve trials of one run judging under a limit of three: at most three judge at once, each claims a slot of
-    Dagster's table exactly once (the others wait in the worker and are woken as a trial ends, without polling
-    the table), the nine that waited say so, and every slot is free afterwards."""
+    """Twelve trials of one run judging under a limit of three: the limit is read once, at most three judge at once,
+    each claims a slot of Dagster's table exactly once (the others wait in the worker and are woken as a trial
+    ends, without polling the table), the nine that waited say so, and every slot is free afterwards."""
     import queue
     import threading
     import uuid
@@ -87,7 +87,7 @@ def test_a_runs_trials_wait_for_the_judge_pool_in_the_worker_not_on_the_slot_tab
 
     storage = instance.event_log_storage
     storage.set_concurrency_slots(POOL, 3)
-    claims, inside, most, mutex = [], [0], [0], threading.Lock()
+    claims, limit_reads, inside, most, mutex = [], [], [0], [0], threading.Lock()
 
     class Counting:
         """The instance's storage, counting the claims made on its slot table."""
@@ -98,6 +98,10 @@ def test_a_runs_trials_wait_for_the_judge_pool_in_the_worker_not_on_the_slot_tab
         def claim_concurrency_slot(self, *args, **kwargs):
             claims.append(args)
             return storage.claim_concurrency_slot(*args, **kwargs)
+
+        def get_pool_limits(self):
+            limit_reads.append(1)
+            return storage.get_pool_limits()
 
     lines: queue.Queue = queue.Queue()
     pool = _JudgePool(Counting(), f"test-{uuid.uuid4().hex[:8]}")
@@ -126,6 +130,7 @@ def test_a_runs_trials_wait_for_the_judge_pool_in_the_worker_not_on_the_slot_tab
         storage.delete_concurrency_limit(POOL)
     assert most[0] == 3
     assert len(claims) == 12, f"{len(claims)} claims on the slot table for 12 trials"
+    assert len(limit_reads) == 1, f"the pool's limit read {len(limit_reads)} times for 12 trials, not once a run"
     blocked = []
     while not lines.empty():
         kind, msg = lines.get_nowait()

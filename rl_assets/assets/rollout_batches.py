@@ -212,12 +212,15 @@ class _JudgePool:
     trials ask it at once (``_gate``), and the others wait in this process, each woken the moment a trial's
     judging ends. Without the gate, a run of 1,024 trials had hundreds of threads polling the slot table
     (each claim a transaction over the pool's pending steps) while sixteen judged: judging took 230 s.
-    The gate's size is the limit when the run first judges; a limit raised later is used by later runs.
+    The limit is read when the run first judges (it sizes the gate; a limit set or raised later is used by later
+    runs): read for every trial, it was two queries each, hundreds at once in a run's first judgments. A trial
+    still waiting for a slot reads it again, so a limit removed frees the waiters.
     """
 
     storage: Any
     run_id: str
     _gate: threading.Semaphore | None = field(default=None, init=False)
+    _limit_read: bool = field(default=False, init=False)
     _gating: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def _limit(self) -> int | None:
@@ -238,21 +241,23 @@ class _JudgePool:
                 raise
         return default
 
-    def _gate_of(self, limit: int) -> threading.Semaphore:
+    def _gate_of(self) -> threading.Semaphore | None:
+        """The run's gate, or None when the pool was unlimited as the run first judged."""
         with self._gating:
-            if self._gate is None:
-                self._gate = threading.Semaphore(max(1, limit))
+            if not self._limit_read:
+                limit = self._limit()
+                self._gate = None if limit is None else threading.Semaphore(max(1, limit))
+                self._limit_read = True
             return self._gate
 
     @contextmanager
     def slot(self, key: str, log: _QueueLog) -> Iterator[None]:
         step_key = f"rewards[{key}]"
-        limit = self._limit()
-        if limit is None:
+        gate = self._gate_of()
+        if gate is None:
             yield
             return
         blocked = f"judging {key} blocked by limit for pool {pools.JUDGE}; waiting for a slot"
-        gate = self._gate_of(limit)
         if not gate.acquire(blocking=False):
             log.info(blocked)
             gate.acquire()
