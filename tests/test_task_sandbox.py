@@ -341,9 +341,9 @@ with worlds.fork("w", "trial", "a0", overlay=True) as layout:
 
 
 def test_the_keeper_dies_with_the_process_that_launched_it(tmp_path):
-    """The keeper arms its own parent-death signal after exec (its launch is a vfork, no code before the exec):
-    a SIGKILLed launcher leaves no keeper holding the fork's mounts, even while another process holds its stdin
-    open (so it never reads the end of its commands)."""
+    """The keeper is forked by the launcher's zygote, which exits with the launcher and takes its keepers with it
+    (their parent-death signal): a SIGKILLed launcher leaves no keeper holding the fork's mounts, even while
+    another process holds its stdin open (so it never reads the end of its commands)."""
     launcher = subprocess.Popen(
         [sys.executable, "-c", ORPHANED, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -358,13 +358,3 @@ def test_the_keeper_dies_with_the_process_that_launched_it(tmp_path):
     finally:
         os.close(pidfd)
         os.kill(holder, signal.SIGKILL)
-
-
-def test_a_keeper_whose_launcher_is_already_gone_exits_before_it_unshares():
-    """Its parent is not the launcher it was told of (the launcher died before the signal was armed): it exits."""
-    proc = subprocess.run(
-        [sys.executable, "-I", "-S", task_shell.task_keeper.__file__, str(os.getpid() + 1 << 22)],
-        capture_output=True,
-        timeout=60,
-    )
-    assert (proc.returncode, proc.stdout) == (1, b"")

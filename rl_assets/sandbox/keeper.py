@@ -39,6 +39,7 @@ import socket
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
@@ -396,9 +397,17 @@ def main() -> int:
     return 0
 
 
-def _keeper(received: list[int], zygote: int) -> int:
+class Kind:
+    """A kind of keeper the zygote forks: where its received fds go, the signal it gets when the zygote exits,
+    and what it runs. (A plain class: ``dataclasses`` would import ``inspect`` into every zygote.)"""
+
+    def __init__(self, fds: tuple[int, ...], death_signal: int, main: Callable[[], int]) -> None:
+        self.fds, self.death_signal, self.main = fds, death_signal, main
+
+
+def _forked(received: list[int], zygote: int, kind: Kind) -> int:
     """In the forked keeper: dies with the zygote, a process group of its own, the received fds in place."""
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # to stop its sandbox, kill what is left and exit
+    _LIBC.prctl(_PR_SET_PDEATHSIG, kind.death_signal, 0, 0, 0)
     if os.getppid() != zygote:  # the zygote died before the line above: nobody would kill this keeper
         return 1
     os.setpgrp()
@@ -406,27 +415,33 @@ def _keeper(received: list[int], zygote: int) -> int:
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, _MOVED_ABOVE) for fd in received]
     for fd in received:
         os.close(fd)
-    for target, fd in zip((0, 1, *KEEPER_FDS.values()), moved, strict=True):
+    for target, fd in zip(kind.fds, moved, strict=True):
         os.dup2(fd, target)
         os.close(fd)
-    return main()
+    return kind.main()
 
 
-def serve(channel: socket.socket) -> int:
-    """The zygote: for each request on ``channel`` (the keeper's stdin and stdout, the attempt's fds, then a socket
-    for the reply), fork a keeper and reply with its pid on that socket; exit when the launching process closes
-    its end. Each request brings its own reply socket, so the launching process's threads need not take turns."""
+ROLLOUT = Kind(fds=(0, 1, *KEEPER_FDS.values()), death_signal=signal.SIGTERM, main=lambda: main())
+"""This module's keeper: SIGTERM stops its sandbox, kills what is left and exits."""
+
+
+def serve(channel: socket.socket, kinds: dict[bytes, Kind]) -> int:
+    """The zygote: for each request on ``channel`` (its kind's name; the keeper's stdin and stdout and the attempt's
+    fds, then a socket for the reply), fork a keeper and reply with its pid on that socket; exit when the launching
+    process closes its end. Each request brings its own reply socket, so the launching process's threads need not
+    take turns."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers report through their pipes: no status to collect
     zygote = os.getpid()
-    expected = 2 + len(KEEPER_FDS) + 1
+    most = max(len(k.fds) for k in kinds.values()) + 1
     while True:
         try:
-            _, received, _, _ = socket.recv_fds(channel, 16, expected)
+            name, received, _, _ = socket.recv_fds(channel, 16, most)
         except OSError:
             return 0
         if not received:  # the launching process is gone: its keepers die with this process
             return 0
-        if len(received) != expected:  # unanswerable: closing them all ends the request with "it exited"
+        kind = kinds.get(name)
+        if kind is None or len(received) != len(kind.fds) + 1:  # unanswerable: closed, the request sees "it exited"
             for fd in received:
                 os.close(fd)
             continue
@@ -441,7 +456,7 @@ def serve(channel: socket.socket) -> int:
             reply.close()
             code = 1
             try:
-                code = _keeper(fds, zygote)
+                code = _forked(fds, zygote, kind)
             finally:
                 os._exit(code)
         for fd in fds:
@@ -451,7 +466,16 @@ def serve(channel: socket.socket) -> int:
         reply.close()
 
 
+def _zygote_kinds() -> dict[bytes, Kind]:
+    """The kinds a zygote forks: this module's keeper, and the task sandbox's (imported once here, by the zygote)."""
+    sys.modules.setdefault("keeper", sys.modules[__name__])  # the task keeper's ``import keeper`` is this module
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import task_keeper
+
+    return {b"keeper": ROLLOUT, b"task": task_keeper.FORKED}
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        sys.exit(serve(socket.socket(fileno=int(sys.argv[2]))))
+        sys.exit(serve(socket.socket(fileno=int(sys.argv[2])), _zygote_kinds()))
     sys.exit(main())

@@ -2,9 +2,10 @@
 
 A task attempt is many commands (the agent's, then the verifier) on one fork, so unlike the rollout's
 keeper this one does not exit after one sandbox: it sets up once and then serves commands until its
-stdin closes. Started by :mod:`rl_assets.sandbox.task_shell` as ``python -I -S task_keeper.py <parent pid>``
-(standard library only, plus the rollout keeper beside it, whose mount helpers it reuses). As root of
-its own user and mount namespaces (and of nothing else) it mounts, in its private mount namespace only:
+stdin closes. Forked for :mod:`rl_assets.sandbox.task_shell` by the keeper zygote (:func:`.keeper.serve`,
+which has imported this module once: an interpreter started per attempt cost about 35 ms of CPU), standard
+library only, plus the rollout keeper beside it, whose mount helpers it reuses. As root of its own user and
+mount namespaces (and of nothing else) it mounts, in its private mount namespace only:
 
 - the fork: an overlay of the sealed world whose upper dir is the size-limited quota tmpfs (or the
   copy), *adopted* by the sandbox's uid (owner and ``u+w`` on every entry, which copies the world up
@@ -43,13 +44,14 @@ import time
 
 if __package__:
     from rl_assets.sandbox import keeper
-else:  # run as ``python -I -S task_keeper.py``: -I leaves this file's own directory off the path
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+else:  # imported by the zygote (``python -I -S keeper.py --serve``), which put its own directory on the path
     import keeper
 
 _MNT_DETACH = 2
 SECCOMP_FD = 5
 """Where each bubblewrap finds the seccomp program (``--seccomp 5``)."""
+SECCOMP_RECEIVED = 3
+"""Where the forked keeper finds the seccomp program the launcher sent (its config's ``seccomp_fd``)."""
 DRAIN_S = 5.0
 """After a timeout kill, how long the output pipe may take to close (the pid namespace dying)."""
 
@@ -212,20 +214,7 @@ def run_command(config: dict, common: list[str], request: dict, serial: int) -> 
     }
 
 
-def _die_with(parent: int) -> None:
-    """SIGKILLed when the launcher's thread that started this process ends.
-
-    Armed here, after exec, not in a ``preexec_fn``: a child that runs Python before its exec makes the
-    launcher fork (not vfork) its whole process, copying the page tables of a rollout worker that holds
-    hundreds of trials, with the interpreter's lock held: about 40 ms of a core per attempt, one at a time.
-    """
-    keeper._LIBC.prctl(keeper._PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the launcher died before the line above: no signal would come
-        os._exit(1)
-
-
 def main() -> int:
-    _die_with(int(sys.argv[1]))
     keeper._LIBC.prctl(keeper._PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if keeper._LIBC.unshare(keeper._CLONE_NEWUSER | keeper._CLONE_NEWNS):
         print(json.dumps({"error": f"unshare: {os.strerror(ctypes.get_errno())}"}), flush=True)
@@ -247,5 +236,6 @@ def main() -> int:
     return 0  # stdin closed: the mounts vanish with this namespace
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+FORKED = keeper.Kind(fds=(0, 1, SECCOMP_RECEIVED), death_signal=signal.SIGKILL, main=main)
+"""As the zygote forks this keeper: its stdin, stdout and the seccomp program in place; killed with the zygote
+(its commands' pid namespaces die with their bubblewraps, whose parent it is)."""

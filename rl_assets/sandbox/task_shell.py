@@ -38,6 +38,7 @@ from rl_assets.sandbox.bubblewrap import bubblewrap
 from rl_assets.sandbox.launcher import DEFAULT_LIMITS, SANDBOX_UID, bwrap_argv, isolation, write_maps
 from rl_assets.sandbox.limits import AttemptCgroup, Limits
 from rl_assets.sandbox.protocol import CommandResult, ForkLayout
+from rl_assets.sandbox.zygote import ForkedKeeper, Zygote
 
 DEFAULT_WORKDIR = "/app"
 """Harbor's usual ``WORKDIR``."""
@@ -327,7 +328,7 @@ class TaskShell:
         self.base = Path(fork.upper).parent / "task-sandbox"
         self.host_uid = (1 << 20) + secrets.randbelow(1 << 29) if os.geteuid() == 0 else None
         self.cgroup: AttemptCgroup | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: ForkedKeeper | None = None
         self._dirs = 0
         self.base.mkdir(parents=True)  # before anything that close() undoes: a second shell on a fork stops here
         try:
@@ -356,25 +357,25 @@ class TaskShell:
             "command_uid": SANDBOX_UID,
             "binds": binds,
             "symlinks": symlinks,
-            "seccomp_fd": sec,
+            "seccomp_fd": task_keeper.SECCOMP_RECEIVED,
             "workdir": self.workdir,
             "bwrap": bwrap_argv("task", seccomp_fd=task_keeper.SECCOMP_FD),
             "tool": [list(t) for t in bubblewrap().staged],
         }
         self.cgroup = AttemptCgroup(self.limits) if self.host_uid is not None else None
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        theirs = [stdin_r, stdout_w, sec]
         try:
-            self.proc = subprocess.Popen(  # no preexec_fn: a vfork; the keeper arms its parent-death signal
-                [sys.executable, "-I", "-S", task_keeper.__file__, str(os.getpid())],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env={},
-                cwd="/",
-                pass_fds=(sec,),
-                process_group=0,
-            )
+            self.proc = Zygote.of(sys.executable).fork_keeper(theirs, kind=b"task")
+        except BaseException:
+            os.close(stdin_w)
+            os.close(stdout_r)
+            raise
         finally:
-            os.close(sec)
+            for fd in theirs:
+                os.close(fd)
+        self.proc.stdin, self.proc.stdout = os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb")
         if self.cgroup is not None:
             self.cgroup.add(self.proc.pid)
         first = self.proc.stdout.readline()
@@ -511,11 +512,13 @@ class TaskShell:
                 self.proc.stdin.close()  # the keeper's "no more commands"
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            if self.proc.poll() is None:  # its group, while it lives: the zygote reaps it, its pid is not held
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             with contextlib.suppress(OSError):
                 self.proc.stdout.close()
+            self.proc.close()
         if self.cgroup is not None:
             self.cgroup.kill_and_remove()
             self.cgroup = None

@@ -1,4 +1,5 @@
-"""The launching side of the keeper zygote: one per process and interpreter, forking each attempt's keeper.
+"""The launching side of the keeper zygote: one per process and interpreter, forking each attempt's keeper
+(the rollout's, :mod:`.keeper`, and the task sandbox's, :mod:`.task_keeper`).
 
 Starting the keeper as an interpreter of its own cost about 29 ms of CPU an attempt, a third of a reference
 trial's sandbox; ``keeper.py --serve`` (:func:`rl_assets.sandbox.keeper.serve`) has imported the keeper once
@@ -82,8 +83,9 @@ class Zygote:
                 zygote = cls._by_interpreter[key] = cls(interpreter)
             return zygote
 
-    def fork_keeper(self, fds: list[int]) -> ForkedKeeper:
-        """A new keeper with ``fds`` (its stdin, stdout, then the attempt's fds).
+    def fork_keeper(self, fds: list[int], kind: bytes = b"keeper") -> ForkedKeeper:
+        """A new keeper of ``kind`` (``b"keeper"``, the rollout's; ``b"task"``, the task sandbox's) with ``fds`` (its
+        stdin, stdout, then the attempt's fds).
 
         The zygote replies on a socket of this request's own, sent with the fds, so requests from many trial
         threads are in flight at once: with one round trip at a time on the shared channel, 256 threads starting
@@ -92,7 +94,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             try:  # a whole message per send on a SOCK_SEQPACKET socket: threads' sends never interleave
-                socket.send_fds(self.channel, [b"keeper"], [*fds, theirs.fileno()])
+                socket.send_fds(self.channel, [kind], [*fds, theirs.fileno()])
             finally:
                 theirs.close()
             reply = ours.recv(256).decode(errors="replace")  # empty once the zygote closed its copy unanswered
