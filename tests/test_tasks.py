@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rl_assets.tasks.config import TaskConfig
@@ -388,12 +389,15 @@ def test_a_task_without_a_solution_is_validated_only(tmp_path):
 def test_the_oracle_leaves_no_process_mount_cgroup_or_directory(tmp_path, monkeypatch):
     from rl_assets.sandbox.limits import CGROUP_ROOT, PREFIX
     from rl_assets.sandbox.task_trial import run_oracle
+    from rl_assets.sandbox.zygote import Zygote
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = _processes()
     run = run_oracle(load_task(EXAMPLES / "fix-python-function"))
     assert run.reward == 1.0 and run.error is None and run.solve == "exit 0"
-    assert _processes() == before, "no process of the attempt is left"
+    zygotes = {z.proc.pid for z in Zygote._by_interpreter.values()}  # the process's, forking keepers: not the attempt's
+    assert _processes() - zygotes == before - zygotes, "no process of the attempt is left"
+    assert all(not psutil.Process(pid).children() for pid in zygotes), "the zygote's keeper is gone"
     assert not any("rl-assets-" in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
     assert not [p for c in ("pids", "memory", "cpu") for p in (CGROUP_ROOT / c).glob(f"{PREFIX}{os.getpid()}-*")]
     assert list(tmp_path.iterdir()) == [], "the temporary world and fork are removed"
