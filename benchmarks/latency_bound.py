@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -220,6 +221,9 @@ def main() -> int:
     parser.add_argument("--base-up-to", type=int, default=256, help="largest N the earlier commit is run at")
     parser.add_argument("--json", action="store_true", help="one JSON object per measurement on stdout")
     args = parser.parse_args()
+    # A SIGTERM (``kill``, ``timeout``) ends the run through the ``finally`` below, which stops both homes and the
+    # stand-in server: by default it would end only this process and leave them running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = Path(tempfile.mkdtemp(prefix="rl-assets-latency-", dir="/tmp"))
     versions = base_and_this(args.base, root, "latency_bound.py")
     server, url = stand_in_server(root, args.latency)
