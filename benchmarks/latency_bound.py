@@ -1,7 +1,7 @@
 """Latency-bound trials at concurrency equal to their count: this checkout against an earlier commit, same run.
 
 ``python benchmarks/latency_bound.py --base COMMIT [--trials 64 256 1024] [--latency 2] [--workloads reference tasks]
-[--base-up-to 256] [--json]``
+[--base-up-to 256] [--repeat 1] [--json]``
 
 Every trial waits: the reference workload's on ``--tool-latency`` per document read, the task workload's on the
 stand-in model server, which answers every call after ``--latency`` seconds (its ``answer_delay_s``). For each
@@ -19,6 +19,10 @@ meanwhile, and reports:
 - ``failed_trials``: trials that failed for good (at 1024 task trials on two cores, many pass their deadline).
 
 A ``train`` that exits non-zero is a row too, with ``failed``: its last line.
+
+``--repeat K`` measures each N K times per version (``round`` in the rows), the base first in even rounds and this
+checkout first in odd ones: same-run pairs at 256 reference trials differed by more than the changes measured,
+and the version measured second was behind more often than not.
 
 ``--base-up-to`` skips the earlier commit above that N (it runs a Dagster run per trial, 16 at a time: 1024
 trials take it many minutes). The earlier code is exported with ``benchmarks/versus.py``'s helpers; both homes
@@ -219,6 +223,7 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=2.0, help="seconds each tool call or model answer waits")
     parser.add_argument("--workloads", nargs="+", choices=["reference", "tasks"], default=["reference", "tasks"])
     parser.add_argument("--base-up-to", type=int, default=256, help="largest N the earlier commit is run at")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds per N, alternating which version goes first")
     parser.add_argument("--json", action="store_true", help="one JSON object per measurement on stdout")
     args = parser.parse_args()
     # A SIGTERM (``kill``, ``timeout``) ends the run through the ``finally`` below, which stops both homes and the
@@ -230,12 +235,12 @@ def main() -> int:
     rows = []
     try:
         for workload in args.workloads:
-            for n in args.trials:
-                for v in versions:
+            for n, r in ((n, r) for n in args.trials for r in range(args.repeat)):
+                for v in versions if r % 2 == 0 else versions[::-1]:
                     if v.name == "base" and n > args.base_up_to:
                         continue
-                    alone_and_warm(v, versions, f"warm-{workload[:3]}{n}")
-                    row = measure(v, workload, n, args.latency, f"{workload[:3]}{n}", url)
+                    alone_and_warm(v, versions, f"warm-{workload[:3]}{n}r{r}")
+                    row = {"round": r, **measure(v, workload, n, args.latency, f"{workload[:3]}{n}r{r}", url)}
                     rows.append(row)
                     log(json.dumps(row))
                     if args.json:
@@ -249,6 +254,7 @@ def main() -> int:
         head = (
             "workload",
             "trials",
+            "round",
             "version",
             "wall_s",
             "rollout_s",
