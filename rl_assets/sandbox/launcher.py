@@ -231,19 +231,7 @@ class _Attempt:
         }
         self.cgroup = AttemptCgroup(self.limits) if root else None
         self.deadline = time.monotonic() + self.timeout_s  # the timeout is the sandbox's, not our set-up's
-        stdin_r, stdin_w = os.pipe()
-        stdout_r, stdout_w = os.pipe()
-        theirs = [stdin_r, stdout_w, req_w, rep_r, out_w, sec]
-        try:
-            self.proc = Zygote.of(self.program.interpreter).fork_keeper(theirs)
-        except BaseException:
-            os.close(stdin_w)
-            os.close(stdout_r)
-            raise
-        finally:
-            for fd in theirs:
-                os.close(fd)
-        self.proc.stdin, self.proc.stdout = os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb")
+        self.proc = Zygote.of(self.program.interpreter).start_keeper([req_w, rep_r, out_w, sec])
         if self.cgroup is not None:
             self.cgroup.add(self.proc.pid)
         first = self.proc.stdout.readline()

@@ -363,19 +363,7 @@ class TaskShell:
             "tool": [list(t) for t in bubblewrap().staged],
         }
         self.cgroup = AttemptCgroup(self.limits) if self.host_uid is not None else None
-        stdin_r, stdin_w = os.pipe()
-        stdout_r, stdout_w = os.pipe()
-        theirs = [stdin_r, stdout_w, sec]
-        try:
-            self.proc = Zygote.of(sys.executable).fork_keeper(theirs, kind=b"task")
-        except BaseException:
-            os.close(stdin_w)
-            os.close(stdout_r)
-            raise
-        finally:
-            for fd in theirs:
-                os.close(fd)
-        self.proc.stdin, self.proc.stdout = os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb")
+        self.proc = Zygote.of(sys.executable).start_keeper([sec], kind=b"task")
         if self.cgroup is not None:
             self.cgroup.add(self.proc.pid)
         first = self.proc.stdout.readline()

@@ -83,6 +83,24 @@ class Zygote:
                 zygote = cls._by_interpreter[key] = cls(interpreter)
             return zygote
 
+    def start_keeper(self, attempt_fds: list[int], kind: bytes = b"keeper") -> ForkedKeeper:
+        """A new keeper of ``kind`` with ``attempt_fds`` after a stdin and stdout of pipes made here, which the
+        returned keeper holds; ``attempt_fds`` are closed here in any case (the keeper has its own copies)."""
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        theirs = [stdin_r, stdout_w, *attempt_fds]
+        try:
+            keeper = self.fork_keeper(theirs, kind)
+        except BaseException:
+            os.close(stdin_w)
+            os.close(stdout_r)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        keeper.stdin, keeper.stdout = os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb")
+        return keeper
+
     def fork_keeper(self, fds: list[int], kind: bytes = b"keeper") -> ForkedKeeper:
         """A new keeper of ``kind`` (``b"keeper"``, the rollout's; ``b"task"``, the task sandbox's) with ``fds`` (its
         stdin, stdout, then the attempt's fds).
