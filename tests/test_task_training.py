@@ -261,3 +261,25 @@ def test_an_agent_acting_by_fenced_commands_trains_and_its_protocol_is_recorded(
     assert "tools" not in fields
     shown = run_cli(home, "show", "--experiment", "tasks-text", "s0-create-file-n0").stdout
     assert "acting by the `text` protocol" in shown and "**user**\n```\nexit code 0\n" in shown
+
+
+def test_an_experiment_without_a_judge_does_not_wait_for_the_judge_pool(home, instance, tmp_path):
+    """The ``judge`` pool bounds judge calls; a verifier-only experiment makes none, so its trials train while the
+    pool admits nobody (a limit of 0, as an owner pausing the LLM judges would set), and none claims a slot."""
+    storage = instance.event_log_storage
+    storage.set_concurrency_slots("judge", 0)
+    try:
+        with ServedModel(script(), tmp_path) as server:
+            proc = run_cli(
+                home,
+                *("train", "--experiment", "tasks-unjudged", "--tasks", str(EXAMPLES / "create-file")),
+                *("--policy-url", server.base_url, "--policy-model", POLICY_MODEL, "--steps", "1", "--samples", "3"),
+                "--json",
+                timeout=300,  # waiting for a slot, the trials would never be rewarded
+            )
+        assert storage.get_concurrency_info("judge").claimed_slots == []
+    finally:
+        storage.delete_concurrency_limit("judge")
+    result = json.loads(proc.stdout)
+    assert [(t["trial_id"], t["reward"]) for t in result["trials"]] == [(f"s0-create-file-n{i}", 1.0) for i in range(3)]
+    assert result["counts"]["judge_calls"] == 0
