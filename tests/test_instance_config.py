@@ -67,17 +67,40 @@ def test_the_run_workers_forkserver_preloads_every_storage_module_of_the_instanc
 
 
 MODEL_CLIENT_PROBE = """
-import sys, rl_assets.instance.warm
+import json, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import rl_assets.instance.warm
+
+ANSWER = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [{"index": 0,
+    "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}]}).encode()
+
+class Answer(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(ANSWER)))
+        self.end_headers()
+        self.wfile.write(ANSWER)
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+threading.Thread(target=server.serve_forever, daemon=True).start()
 before = set(sys.modules)
+from rl_assets.domain.transcripts import Message
 from rl_assets.workloads.harbor.client import ChatClient, ChatEndpoint
-ChatClient(ChatEndpoint(base_url="http://127.0.0.1:1/v1", model="m"))._client.chat.completions
+client = ChatClient(ChatEndpoint(base_url=f"http://127.0.0.1:{server.server_port}/v1", model="m"))
+assert client.complete([Message(role="user", content="hello")]).message.content == "hi"
 print(sorted(set(sys.modules) - before))
 """
 
 
 def test_the_forkserver_preloads_the_model_client_a_runs_trials_use():
     """A run of trials that call a model (the task workload, the LLM judge) imports nothing as its first client is
-    built and used: ``openai``'s chat resource and httpx's transport load lazily, 0.8 s of CPU a run."""
+    built and its first call answered: ``openai``'s chat types and httpx's transport load lazily, 0.8 s of CPU a
+    run."""
     proc = subprocess.run(
         [sys.executable, "-c", MODEL_CLIENT_PROBE], capture_output=True, text=True, timeout=120, check=True
     )
