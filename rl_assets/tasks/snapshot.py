@@ -21,6 +21,7 @@ it is not what was checked, and named by the hash of the bytes it holds.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import shutil
 import stat
@@ -297,8 +298,15 @@ def with_recorded_task_set(
 
 
 def snapshot_task(snapshots: Path, world_id: str) -> Task:
-    """The recorded task of a task world."""
-    return load_task(snapshots / world_id)
+    """The recorded task of a task world, loaded once a process: a snapshot is named by the hash of its bytes and
+    read-only, so what it says does not change (a trial asked for its task three times, each a parse and a
+    validation, hundreds of trials at once in a rollout worker)."""
+    return _load_snapshot(snapshots / world_id)
+
+
+@functools.lru_cache(maxsize=1024)
+def _load_snapshot(path: Path) -> Task:
+    return load_task(path)
 
 
 def write_task_world(snapshots: Path, world_id: str, target: Path) -> None:
