@@ -66,6 +66,15 @@ def test_the_run_workers_forkserver_preloads_every_storage_module_of_the_instanc
     assert proc.stdout.strip() == "[]", proc.stdout
 
 
+def test_the_forkserver_freezes_what_it_loaded_so_no_worker_collects_it():
+    """Every object the forkserver built (the modules, the definitions) is out of the cycle collector's reach in
+    the workers it forks: walked on each full collection, they were a quarter of a 256-trial rollout worker's CPU."""
+    probe = "import gc, rl_assets.instance.warm; print(gc.get_freeze_count(), len(gc.get_objects()))"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    frozen, tracked = (int(n) for n in proc.stdout.split())
+    assert frozen > 100_000 and tracked < 1_000, proc.stdout
+
+
 MODEL_CLIENT_PROBE = """
 import json, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
