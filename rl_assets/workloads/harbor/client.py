@@ -14,8 +14,8 @@ error, :class:`ModelCallError`, for a call that failed for good, so the trial fa
 
 The request goes through the client's ``post`` (its documented way to any endpoint, with the client's retries,
 timeouts and key), not ``chat.completions.create``: ``create`` walks every message of the conversation against
-the API's typed dicts on each call (``maybe_transform``), a conversion that changes nothing in a body that is
-already plain JSON and that was about a quarter of a task trial's CPU in a rollout worker carrying 256 of them.
+the API's typed dicts on each call (``maybe_transform``, hundreds of Python calls a message), a conversion that
+changes nothing in a body that is already plain JSON, and whose cost grows with the square of a trial's turns.
 """
 
 from __future__ import annotations
