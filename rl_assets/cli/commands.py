@@ -10,6 +10,7 @@ nothing that matters, and running it again continues.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shlex
@@ -202,6 +203,10 @@ def _follow(
     from rl_assets.stores.locks import SessionLock, driver_lock
     from rl_assets.worlds.local import LocalWorlds
 
+    # What is loaded by now (Dagster, the definitions the preflight built) stays for the command's life: frozen,
+    # the collections its plans' garbage sets off no longer walk it (about 0.7 s of CPU in a 40 s step of 256 trials).
+    gc.collect()  # the garbage first: frozen, it would never be freed
+    gc.freeze()
     with stores.db.transaction() as cur:
         lock = SessionLock(stores.db.info, driver_lock(cur, config.name))
     if not lock.acquire(wait_s=0):

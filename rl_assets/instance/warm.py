@@ -25,4 +25,5 @@ from rl_assets.workloads.harbor import client
 
 load_definitions()
 client.preload()
+gc.collect()  # the garbage first: frozen, it would never be freed
 gc.freeze()
