@@ -108,7 +108,7 @@ print(sorted(set(sys.modules) - before))
 
 def test_the_forkserver_preloads_the_model_client_a_runs_trials_use():
     """A run of trials that call a model (the task workload, the LLM judge) imports nothing as its first client is
-    built and its first call answered: ``openai``'s chat types and httpx's transport load lazily, 0.8 s of CPU a
+    built and its first call answered: httpx's transport loads lazily (with anyio, trio and h11), 0.8 s of CPU a
     run."""
     proc = subprocess.run(
         [sys.executable, "-c", MODEL_CLIENT_PROBE], capture_output=True, text=True, timeout=120, check=True
