@@ -90,7 +90,7 @@ class Zygote:
         stdout_r, stdout_w = os.pipe()
         theirs = [stdin_r, stdout_w, *attempt_fds]
         try:
-            keeper = self.fork_keeper(theirs, kind)
+            keeper = self._fork_keeper(theirs, kind)
         except BaseException:
             os.close(stdin_w)
             os.close(stdout_r)
@@ -101,7 +101,7 @@ class Zygote:
         keeper.stdin, keeper.stdout = os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb")
         return keeper
 
-    def fork_keeper(self, fds: list[int], kind: bytes = b"keeper") -> ForkedKeeper:
+    def _fork_keeper(self, fds: list[int], kind: bytes) -> ForkedKeeper:
         """A new keeper of ``kind`` (``b"keeper"``, the rollout's; ``b"task"``, the task sandbox's) with ``fds`` (its
         stdin, stdout, then the attempt's fds).
 
