@@ -4,17 +4,21 @@ A reference experiment is trained, compacted through the CLI, and then read ever
 its materialized partitions, its asset check evaluations and runs' outcomes (the UI), ``report``
 (every check over the records), and a re-scoring (which reuses every trajectory) all read as before;
 the step events, log lines, captured stdout/stderr and worker logs of its runs are gone; compacting
-again deletes nothing; an unknown or unfinished experiment is refused on one line.
+again deletes nothing; an unknown or unfinished experiment is refused on one line. `train` returns only once
+its runs have ended, so compacting straight after it is not refused.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 
 import dagster as dg
 import pytest
 
-from rl_assets.cli.compaction import finished_runs
+from rl_assets.cli.commands import _await_runs_ending
+from rl_assets.cli.compaction import finished_runs, runs_in_flight
+from rl_assets.domain.run_tags import EXPERIMENT_TAG
 from rl_assets.stores.event_compaction import DROPPED, EventCompaction
 from rl_assets_testkit.expectations import cli_args, run_cli, train_json
 
@@ -44,6 +48,28 @@ def _report(home) -> dict:
 
 def _compact(home) -> dict:
     return json.loads(run_cli(home, "compact", "--experiment", NAME, "--json").stdout)
+
+
+def test_train_returns_once_its_runs_have_ended_so_compacting_straight_after_is_not_refused(trained, instance):
+    # First in the module, straight after ``train``: the last train run records its end a moment after the
+    # weights it wrote make the plan done (0.3 s later, measured), and `compact` refuses runs in flight.
+    assert runs_in_flight(instance, NAME) == 0
+
+
+def test_a_following_command_waits_for_a_run_in_flight_to_end(instance):
+    # The same wait without the race: a run of the experiment is in flight until the command, waiting, notes it.
+    run = dg.DagsterRun(job_name="train_job", run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.STARTED)
+    instance.add_run(run.with_tags({EXPERIMENT_TAG: "ending"}))
+    notes: list[str] = []
+
+    class Progress:
+        def note(self, text: str) -> None:
+            notes.append(text)
+            instance.report_run_failed(instance.get_run_by_id(run.run_id))
+
+    _await_runs_ending(instance, "ending", Progress())
+    assert notes == ["ending: waiting for 1 run(s) to record their end"]
+    assert runs_in_flight(instance, "ending") == 0
 
 
 def test_compacting_keeps_what_the_ui_report_and_rescoring_read_and_drops_the_rest(home, trained, stores, instance):
