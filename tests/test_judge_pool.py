@@ -77,8 +77,9 @@ def test_one_judge_slot_serializes_calls_and_a_killed_holder_frees_it(home, stor
 
 def test_a_runs_trials_wait_for_the_judge_pool_in_the_worker_not_on_the_slot_table(instance):
     """Twelve trials of one run judging under a limit of three: the limit is read once, at most three judge at once,
-    each claims a slot of Dagster's table exactly once (the others wait in the worker and are woken as a trial
-    ends, without polling the table), the nine that waited say so, and every slot is free afterwards."""
+    the run claims three slots of Dagster's table, each handed from a trial that ends to one that waited (the
+    others wait in the worker and are woken as a trial ends, without polling the table), the nine that waited
+    say so, and every slot is free afterwards."""
     import queue
     import threading
     import uuid
@@ -126,10 +127,11 @@ def test_a_runs_trials_wait_for_the_judge_pool_in_the_worker_not_on_the_slot_tab
         for t in threads:
             t.join(timeout=60)
         assert not any(t.is_alive() for t in threads)
+        pool.close()
     finally:
         storage.delete_concurrency_limit(POOL)
     assert most[0] == 3
-    assert len(claims) == 12, f"{len(claims)} claims on the slot table for 12 trials"
+    assert len(claims) == 3, f"{len(claims)} claims on the slot table for 12 trials under a limit of 3"
     assert len(limit_reads) == 1, f"the pool's limit read {len(limit_reads)} times for 12 trials, not once a run"
     blocked = []
     while not lines.empty():
@@ -138,3 +140,74 @@ def test_a_runs_trials_wait_for_the_judge_pool_in_the_worker_not_on_the_slot_tab
             blocked.append(msg)
     assert len(blocked) >= 9
     assert storage.get_concurrency_info(POOL).claimed_slots == []
+
+
+def test_a_slot_goes_to_another_runs_waiting_step_before_this_runs_next_trial(instance):
+    """Limit one; a run's first trial judges, its two others wait in the worker, and a step of another run waits in
+    Dagster's table: the trial that ends frees its slot for that step (first come, first served) instead of handing
+    it to its run's next trial, which judges only once that step has freed it; the last trial then takes the lane
+    of the one before it (two claims for three trials), and every slot is free afterwards."""
+    import queue
+    import threading
+    import uuid
+
+    from rl_assets.assets.rollout_batches import _JudgePool, _QueueLog
+
+    storage = instance.event_log_storage
+    storage.set_concurrency_slots(POOL, 1)
+    run, other = f"test-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
+    claims: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name: str):
+            return getattr(storage, name)
+
+        def claim_concurrency_slot(self, pool, run_id, step_key, *args, **kwargs):
+            if step_key not in claims:
+                claims.append(step_key)
+            return storage.claim_concurrency_slot(pool, run_id, step_key, *args, **kwargs)
+
+    lines: queue.Queue = queue.Queue()
+    pool = _JudgePool(Counting(), run)
+    order: list[str] = []
+    go = {i: threading.Event() for i in range(3)}
+
+    def judge(i: int) -> None:
+        with pool.slot(f"s0-p{i}-n0", _QueueLog(lines)):
+            order.append(f"trial {i}")
+            go[i].wait(timeout=60)
+
+    def holders() -> list[str]:
+        return [s.run_id for s in storage.get_concurrency_info(POOL).claimed_slots]
+
+    wait = Waiting(timeout_s=30, interval_s=0.01)
+    threads = [threading.Thread(target=judge, args=(i,)) for i in range(3)]
+    try:
+        threads[0].start()
+        wait.until("the first trial judging", lambda: order == ["trial 0"])
+        for t in threads[1:]:
+            t.start()
+        wait.until("the two others waiting in the worker", lambda: lines.qsize() >= 2)
+        assert not storage.claim_concurrency_slot(POOL, other, "rewards[x]").is_claimed  # waits in the table
+        go[0].set()
+        wait.until(
+            "the other run's step given the slot",
+            lambda: storage.claim_concurrency_slot(POOL, other, "rewards[x]").is_claimed,
+        )
+        assert order == ["trial 0"] and holders() == [other]
+        storage.free_concurrency_slot_for_step(other, "rewards[x]")
+        wait.until("a second trial judging", lambda: len(order) == 2)
+        go[1].set()
+        go[2].set()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+        pool.close()
+        assert len(order) == 3
+        assert len(claims) == 2, f"lanes claimed: {claims}"
+        assert holders() == []
+    finally:
+        for event in go.values():
+            event.set()
+        storage.free_concurrency_slot_for_step(other, "rewards[x]")
+        storage.delete_concurrency_limit(POOL)

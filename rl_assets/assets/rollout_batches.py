@@ -16,9 +16,10 @@ run itself has no run retries (its trials are retried by the driver, one by one)
 good fails the run at its end, after every other trial has ended; a trial whose reward breaks a blocking
 check is failed for good at once (its verdict is in the ledger, so judging it again gives the same).
 
-Each trial's judging claims a slot of the ``judge`` pool in the instance's concurrency storage, as a
+Each trial judges holding a slot of the ``judge`` pool in the instance's concurrency storage, as a
 judge step of a run of its own does, so ``dagster instance concurrency set judge N`` bounds judge calls
-across every run; a killed worker's slots are freed with its run (``free_slots_after_run_end_seconds``).
+across every run; a slot is handed from a trial to the next of the run unless another run's step waits for
+one (:class:`_JudgePool`); a killed worker's slots are freed with its run (``free_slots_after_run_end_seconds``).
 
 On Kubernetes a batch is two runs, as a trial run is two step pods: a ``rollout_pods_job`` run
 (``rollout_only``) whose worker drives each attempt's sandbox pod with the cluster's token and no judge key,
@@ -26,6 +27,7 @@ then a judge-only ``rollout_job`` run whose worker has the key and no token (the
 """
 
 import contextlib
+import itertools
 import queue
 import threading
 import time
@@ -206,7 +208,7 @@ def _evaluations(key: str, result: dg.MaterializeResult) -> list[dg.AssetCheckEv
 
 @dataclass
 class _JudgePool:
-    """The ``judge`` pool's slots, claimed in this run's name for one trial at a time.
+    """The ``judge`` pool's slots, claimed in this run's name and handed from trial to trial.
 
     Dagster's slot table bounds judging across every run; within this run, at most the pool's limit of
     trials ask it at once (``_gate``), and the others wait in this process, each woken the moment a trial's
@@ -215,6 +217,13 @@ class _JudgePool:
     The limit is read when the run first judges (it sizes the gate; a limit set or raised later is used by later
     runs): read for every trial, it was two queries each, hundreds at once in a run's first judgments. A trial
     still waiting for a slot reads it again, so a limit removed frees the waiters.
+
+    A claimed slot is a *lane* (its step key ``judge lane N``): a trial whose judging ends hands its lane to a
+    trial of this run waiting at the gate, unless a step of another run waits for the pool in Dagster's table
+    (it then gets the slot, first come first served, as Dagster assigns freed slots) or the pool's limit fell
+    below its claimed slots. Claiming and freeing a slot per trial were thirteen statements on the slot table,
+    a tenth of a 256-trial worker's CPU; the check before a hand-over is three reads. :meth:`close` frees the
+    lanes left at the run's end; a killed worker's are freed with its run (``free_slots_after_run_end_seconds``).
     """
 
     storage: Any
@@ -222,6 +231,10 @@ class _JudgePool:
     _gate: threading.Semaphore | None = field(default=None, init=False)
     _limit_read: bool = field(default=False, init=False)
     _gating: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _idle: list[str] = field(default_factory=list, init=False)
+    """Lanes this run holds that no trial judges in: each for a trial already counted in ``_waiting``."""
+    _waiting: int = field(default=0, init=False)
+    _lanes: Iterator[int] = field(default_factory=itertools.count, init=False)
 
     def _limit(self) -> int | None:
         """The limit to claim against, or None: a pool with no row is given the instance's default limit
@@ -250,33 +263,72 @@ class _JudgePool:
                 self._limit_read = True
             return self._gate
 
+    def _claim(self, blocked: str, log: _QueueLog) -> str:
+        """A new lane: a slot of Dagster's table, polled for as Dagster's steps poll while other runs hold them."""
+        with self._gating:
+            lane = f"judge lane {next(self._lanes)}"
+        wait = POOL_POLL_S
+        status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, lane)
+        if not status.is_claimed and blocked:
+            log.info(blocked)
+        try:
+            while not status.is_claimed and self._limit() is not None:  # a limit removed frees the waiters
+                time.sleep(wait)
+                wait = min(POOL_POLL_MAX_S, wait * 2)
+                status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, lane)
+        except BaseException:
+            self.storage.free_concurrency_slot_for_step(self.run_id, lane)
+            raise
+        return lane
+
+    def _keep_for_a_waiter(self) -> bool:
+        """Whether an ending trial's lane goes to a trial of this run waiting at the gate (one not yet given one)."""
+        with self._gating:
+            if self._waiting <= len(self._idle):
+                return False
+        info = self.storage.get_concurrency_info(pools.JUDGE)
+        others = any(p.run_id != self.run_id and p.assigned_timestamp is None for p in info.pending_steps)
+        return not others and (info.limit is None or len(info.claimed_slots) <= info.limit)
+
+    def _hand_back(self, lane: str) -> None:
+        if self._keep_for_a_waiter():
+            with self._gating:
+                self._idle.append(lane)
+        else:
+            self.storage.free_concurrency_slot_for_step(self.run_id, lane)
+
     @contextmanager
     def slot(self, key: str, log: _QueueLog) -> Iterator[None]:
-        step_key = f"rewards[{key}]"
         gate = self._gate_of()
         if gate is None:
             yield
             return
         blocked = f"judging {key} blocked by limit for pool {pools.JUDGE}; waiting for a slot"
         if not gate.acquire(blocking=False):
+            with self._gating:
+                self._waiting += 1
             log.info(blocked)
             gate.acquire()
+            with self._gating:
+                self._waiting -= 1
             blocked = ""
         try:
-            wait = POOL_POLL_S
-            status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
-            if not status.is_claimed and blocked:
-                log.info(blocked)
+            with self._gating:
+                lane = self._idle.pop() if self._idle else None
+            lane = lane or self._claim(blocked, log)
             try:
-                while not status.is_claimed and self._limit() is not None:  # a limit removed frees the waiters
-                    time.sleep(wait)  # polling the instance's slot table (other runs hold slots), as Dagster's steps do
-                    wait = min(POOL_POLL_MAX_S, wait * 2)
-                    status = self.storage.claim_concurrency_slot(pools.JUDGE, self.run_id, step_key)
                 yield
             finally:
-                self.storage.free_concurrency_slot_for_step(self.run_id, step_key)
+                self._hand_back(lane)
         finally:
             gate.release()
+
+    def close(self) -> None:
+        """Free the lanes no trial took (the run's trials have all ended)."""
+        with self._gating:
+            idle, self._idle = self._idle, []
+        for lane in idle:
+            self.storage.free_concurrency_slot_for_step(self.run_id, lane)
 
 
 def _run_trial(
@@ -362,26 +414,29 @@ def roll_out_trials(
         ("trajectories", "trajectory", "rolled_out") if config.rollout_only else ("rewards", "reward", "rewarded")
     )
     remaining = len(config.trials)
-    while remaining:
-        drained = [out.get()]
-        with contextlib.suppress(queue.Empty):
-            while True:  # every trial that ended meanwhile: their events are logged as one batch
-                drained.append(out.get_nowait())
-        ended: list[_Ended] = []
-        for kind, item in drained:
-            if kind == "info":
-                context.log.info(item)
-            elif kind == "warning":
-                context.log.warning(item)
-            else:
-                ended.append(item)
-        remaining -= len(ended)
-        yield from provenance.recorded(ended)
-        for item in ended:
-            if item.error is not None:
-                failed.append(f"{item.key}: {item.error.splitlines()[0] if item.error else ''}")
-            elif any(_of(e, goal) for e in item.events):
-                ok += 1
+    try:
+        while remaining:
+            drained = [out.get()]
+            with contextlib.suppress(queue.Empty):
+                while True:  # every trial that ended meanwhile: their events are logged as one batch
+                    drained.append(out.get_nowait())
+            ended: list[_Ended] = []
+            for kind, item in drained:
+                if kind == "info":
+                    context.log.info(item)
+                elif kind == "warning":
+                    context.log.warning(item)
+                else:
+                    ended.append(item)
+            remaining -= len(ended)
+            yield from provenance.recorded(ended)
+            for item in ended:
+                if item.error is not None:
+                    failed.append(f"{item.key}: {item.error.splitlines()[0] if item.error else ''}")
+                elif any(_of(e, goal) for e in item.events):
+                    ok += 1
+    finally:
+        judging.close()  # the lanes no trial took
     if failed:
         raise dg.Failure(
             f"{len(failed)} of {len(config.trials)} trials did not end with a {one}; "
