@@ -291,7 +291,11 @@ class _JudgePool:
         return not others and (info.limit is None or len(info.claimed_slots) <= info.limit)
 
     def _hand_back(self, lane: str) -> None:
-        if self._keep_for_a_waiter():
+        try:
+            keep = self._keep_for_a_waiter()
+        except SQLAlchemyError:  # the check is an optimisation: a trial that judged is not failed for it
+            keep = False
+        if keep:
             with self._gating:
                 self._idle.append(lane)
         else:
