@@ -42,7 +42,7 @@ from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 MAX_DRIVER_ATTEMPTS = 3
 """Daemon starts a following command makes before it gives up."""
 FOLLOW_POLL_S = 0.5
-RUNS_ENDING_S = 60.0
+RUNS_ENDING = Waiting(timeout_s=60.0, interval_s=FOLLOW_POLL_S)
 """How long a finished command waits for its experiment's runs to record their end (it takes a second or two)."""
 DB_OUTAGE = Waiting(timeout_s=180.0, interval_s=1.0)
 """How long a following command waits out a database restart, and how often it looks again."""
@@ -285,7 +285,7 @@ def _follow(
 
 
 def _await_runs_ending(instance, experiment: str, progress) -> None:
-    """Wait (at most :data:`RUNS_ENDING_S`) for the experiment's runs to record their end.
+    """Wait (at most :data:`RUNS_ENDING`) for the experiment's runs to record their end.
 
     The plan is done once the last unit's records are durable, a moment before its run records that it
     ended; what a user does next (``compact``, which refuses runs in flight; the UI's run list; a script
@@ -294,17 +294,17 @@ def _await_runs_ending(instance, experiment: str, progress) -> None:
     from rl_assets.cli.compaction import runs_in_flight
     from rl_assets.instance.pooled_storage import OUTAGE_ERRORS
 
-    deadline = time.monotonic() + RUNS_ENDING_S
+    deadline = RUNS_ENDING.deadline()
     try:
         while left := runs_in_flight(instance, experiment):
-            if time.monotonic() > deadline:
+            if deadline.expired():
                 print(
                     f"rl-assets: {left} run(s) of {experiment!r} have not ended yet; the UI's Runs page shows them",
                     file=sys.stderr,
                 )
                 return
             progress.note(f"{experiment}: waiting for {left} run(s) to record their end")
-            time.sleep(FOLLOW_POLL_S)
+            deadline.sleep()
     except OUTAGE_ERRORS:  # the work is done and durable; the statuses are there once the database is back
         print("rl-assets: the database is unavailable; runs may show as running until it is back", file=sys.stderr)
 
