@@ -6,24 +6,23 @@ in the fast tier, not in a worker's log. ``rl_assets/instance/dagster_internals.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 import typing
 from pathlib import Path
 
 import dagster as dg
-import pytest
 from packaging.specifiers import SpecifierSet
 
 from rl_assets.domain.run_tags import WORKER_PID_TAG
 from rl_assets.home.layout import HOME_ENV
-from rl_assets.instance import dagster_internals
 from rl_assets.instance.dagster_internals import (
     SUPPORTED_DAGSTER,
     CheckRunHealthResult,
     LaunchRunContext,
     WorkerStatus,
-    execute_run_argv,
+    execute_run,
     launcher_instance,
 )
 from rl_assets.instance.run_launcher import WarmRunLauncher
@@ -46,6 +45,16 @@ def _answer() -> int:
 @dg.job(executor_def=dg.in_process_executor)
 def contract_job() -> None:
     _answer()
+
+
+@dg.op
+def _refuse() -> None:
+    raise RuntimeError("this op fails")
+
+
+@dg.job(executor_def=dg.in_process_executor)
+def failing_job() -> None:
+    _refuse()
 
 
 def test_the_installed_dagster_is_in_the_supported_range_and_pyproject_pins_that_range():
@@ -85,33 +94,45 @@ def test_a_launcher_reads_the_instance_it_was_registered_with(tmp_path, monkeypa
         assert launcher.terminate(run.run_id) is False, "a worker that is not alive is not signalled"
 
 
-def test_the_workers_execute_run_argument_executes_a_created_run(tmp_path, monkeypatch):
-    """The worker's own path (tag, claim, ``dagster api execute_run`` in-process) on a throwaway instance."""
+def test_the_worker_executes_a_created_run_with_the_commands_body(tmp_path, monkeypatch):
+    """The worker's own path (tag, claim, ``dagster api execute_run``'s body in-process) on a throwaway instance."""
     from rl_assets.instance import run_worker
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv(HOME_ENV, str(tmp_path / "home"))
-    monkeypatch.setattr("sys.argv", list(__import__("sys").argv))  # the worker sets it for Dagster's CLI
     (tmp_path / "dagster").mkdir()
     (tmp_path / "dagster" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     (tmp_path / "home" / "services").mkdir(parents=True, mode=0o700)
     recon = dg.reconstructable(contract_job)
     with dg.DagsterInstance.get() as instance:
         run = instance.create_run_for_job(job_def=contract_job, job_code_origin=recon.get_python_origin())
-        argv = execute_run_argv(run)
-        assert argv[:2] == ["api", "execute_run"], f"{DAGSTER}: {argv}"
-        args = dg.deserialize_value(argv[2], dagster_internals.ExecuteRunArgs)
-        assert (args.run_id, args.job_origin) == (run.run_id, run.job_code_origin), DAGSTER
         code = run_worker.main(run.run_id)
         done = instance.get_run_by_id(run.run_id)
+        engine = [e.dagster_event.message for e in instance.all_logs(run.run_id) if e.dagster_event is not None]
     assert code == 0 and done is not None, f"{DAGSTER}: the worker exited {code}"
     assert done.status == dg.DagsterRunStatus.SUCCESS, f"{DAGSTER}: the run ended {done.status}"
     assert done.tags[WORKER_PID_TAG], "the worker tagged its run"
+    started = [m for m in engine if (m or "").startswith("Started process for run")]
+    assert started == [f"Started process for run (pid: {os.getpid()})."], f"{DAGSTER}: the command's engine events"
 
 
-def test_a_run_without_a_code_origin_has_no_execute_run_argument(tmp_path, monkeypatch):
+def test_a_run_without_a_code_origin_is_not_executed(tmp_path, monkeypatch, capsys):
+    from rl_assets.instance import run_worker
+
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     with dg.DagsterInstance.get() as instance:
         run = instance.create_run_for_job(job_def=contract_job)
-    with pytest.raises(ValueError, match="no code origin"):
-        execute_run_argv(run)
+        assert run_worker.main(run.run_id) == 2
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.NOT_STARTED
+    assert f"no executable run {run.run_id}" in capsys.readouterr().err
+
+
+def test_a_failed_run_gives_the_commands_non_zero_exit_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    recon = dg.reconstructable(failing_job)
+    with dg.DagsterInstance.get() as instance:
+        run = instance.create_run_for_job(job_def=failing_job, job_code_origin=recon.get_python_origin())
+        code = execute_run(run.run_id, instance)
+        done = instance.get_run_by_id(run.run_id)
+    assert code == 1, f"{DAGSTER}: a failed run exited {code}"
+    assert done is not None and done.status == dg.DagsterRunStatus.FAILURE, f"{DAGSTER}: {done and done.status}"

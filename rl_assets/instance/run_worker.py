@@ -3,17 +3,17 @@
 Before doing any work the worker tags the run with its own ``pid@start-time``
 (:data:`~rl_assets.domain.run_tags.WORKER_PID_TAG`), so the run's liveness is known
 from the worker's first moment, whatever happens to the daemon that launched
-it. It then executes the run exactly as Dagster's own launchers do in a pod
-or a container, with ``dagster api execute_run``, here run in-process in the
-warm worker instead of a fresh interpreter (its argument is built in
-:mod:`rl_assets.instance.dagster_internals`). A run that is no longer starting
-(failed by run monitoring before this worker claimed it) is not executed.
+it. It then executes the run as Dagster's own launchers do in a pod or a
+container, with ``dagster api execute_run``'s body, here in-process in the warm
+worker instead of a fresh interpreter
+(:func:`rl_assets.instance.dagster_internals.execute_run`). A run that is no
+longer starting (failed by run monitoring before this worker claimed it) is not
+executed.
 """
 
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 from collections.abc import Callable
 
@@ -23,7 +23,7 @@ from rl_assets.domain.run_tags import WORKER_PID_TAG
 from rl_assets.home.layout import Home
 from rl_assets.home.services.processes import process_identity
 from rl_assets.home.services.run_workers import worker_file
-from rl_assets.instance.dagster_internals import execute_run_argv
+from rl_assets.instance.dagster_internals import execute_run
 
 CLAIMABLE = (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING)
 
@@ -52,13 +52,7 @@ def main(run_id: str, after_tagging: Callable[[], None] = _carry_on) -> int:
             status = "gone" if run is None else run.status.value
             print(f"run {run_id} is {status} (failed before its worker claimed it); not executing it", file=sys.stderr)
             return 1
-        argv = execute_run_argv(run)
-    sys.argv = ["dagster", *argv]
-    try:
-        runpy.run_module("dagster", run_name="__main__", alter_sys=True)
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else 1
-    return 0
+        return execute_run(run_id, instance)
 
 
 def _report_start_failure(run_id: str, err: BaseException) -> None:
