@@ -224,6 +224,10 @@ class _JudgePool:
     below its claimed slots. Claiming and freeing a slot per trial were thirteen statements on the slot table,
     a tenth of a 256-trial worker's CPU; the check before a hand-over is three reads. :meth:`close` frees the
     lanes left at the run's end; a killed worker's are freed with its run (``free_slots_after_run_end_seconds``).
+
+    The run's log says when trials start waiting at the gate, once for each wave of waiters (the first waiter
+    names itself), and how many waited once the wave has all been let through: a line per waiting trial was
+    about a thousand lines of the same words (and as many stored events) in a run of 1,024 trials.
     """
 
     storage: Any
@@ -234,6 +238,8 @@ class _JudgePool:
     _idle: list[str] = field(default_factory=list, init=False)
     """Lanes this run holds that no trial judges in: each for a trial already counted in ``_waiting``."""
     _waiting: int = field(default=0, init=False)
+    _wave: int = field(default=0, init=False)
+    """Trials that have waited at the gate since it last had no waiter."""
     _lanes: Iterator[int] = field(default_factory=itertools.count, init=False)
 
     def _limit(self) -> int | None:
@@ -310,11 +316,15 @@ class _JudgePool:
         blocked = f"judging {key} blocked by limit for pool {pools.JUDGE}; waiting for a slot"
         if not gate.acquire(blocking=False):
             with self._gating:
-                self._waiting += 1
-            log.info(blocked)
+                first, self._waiting, self._wave = self._waiting == 0, self._waiting + 1, self._wave + 1
+            if first:
+                log.info(f"{blocked}, with the trials of this run that reach the limit while it waits")
             gate.acquire()
             with self._gating:
                 self._waiting -= 1
+                waited, self._wave = (self._wave, 0) if self._waiting == 0 else (0, self._wave)
+            if waited:
+                log.info(f"judging: {waited} trial(s) of this run waited for a slot of pool {pools.JUDGE}")
             blocked = ""
         try:
             with self._gating:
