@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_assets.stores.rubrics import RubricError
+from rl_assets.stores.rubrics import RubricError, RubricRegistry
 from rl_assets_testkit.expectations import run_cli
 
 GOOD = {"name": "strict", "correctness_weight": 1.0, "efficiency_weight": 0.8, "tidiness_weight": 0.2}
@@ -56,6 +56,25 @@ def test_a_name_stands_for_one_rubric_forever(home, tmp_path, stores):
     assert proc.returncode == 2 and "give the changed rubric a new name" in proc.stderr
     (home / "rubrics" / "strict.json").write_text(json.dumps(GOOD))
     assert stores.rubrics.get("strict").efficiency_weight == 0.8
+    # Confirmed once, the pin is not asked again; an edit after that is still refused.
+    (home / "rubrics" / "strict.json").write_text(changed.read_text())
+    with pytest.raises(RubricError, match="give the changed rubric a new name"):
+        stores.rubrics.get("strict")
+
+
+def test_a_confirmed_pin_is_not_asked_again(home, stores):
+    """A run's trials each look their rubric up: the database confirms its pin once per registry."""
+    asked = []
+
+    class Counting:
+        def transaction(self):
+            asked.append(1)
+            return stores.db.transaction()
+
+    registry = RubricRegistry(home / "rubrics", Counting())
+    for _ in range(5):
+        assert registry.get("v1").name == "v1"
+    assert len(asked) == 1
 
 
 def test_file_must_be_named_after_its_rubric(home, tmp_path):

@@ -98,6 +98,10 @@ class RubricRegistry:
     def __init__(self, folder: Path, db: Database | None = None) -> None:
         self.folder = folder
         self.db = db
+        self._pinned: set[tuple[str, str]] = set()
+        """The (name, hash) pairs the database has confirmed: a pin is never changed or removed, so a confirmed
+        one holds for good, and a rollout run's trials (each looking its rubric up) ask once, not a transaction
+        each. A file changed since has another hash, which is asked again (and refused)."""
 
     def _files(self) -> list[Path]:
         if not self.folder.is_dir():
@@ -189,7 +193,7 @@ class RubricRegistry:
         return content_hash({name: r.content_hash for name, r in self.all().items()})
 
     def _pin(self, rubric: AnyRubric) -> None:
-        if self.db is None:
+        if self.db is None or (rubric.name, rubric.content_hash) in self._pinned:
             return
         with self.db.transaction() as cur:
             cur.execute(
@@ -203,3 +207,4 @@ class RubricRegistry:
                 f"rubric {rubric.name!r} was first used with hash {pinned}, and its file now has other weights "
                 f"(hash {rubric.content_hash}); give the changed rubric a new name"
             )
+        self._pinned.add((rubric.name, rubric.content_hash))
