@@ -16,6 +16,7 @@ meanwhile, and reports:
 - ``pss_mb_per_trial``: the peak proportional set size of the home's processes during the ``train`` command
   (daemon, code server, run workers and sandboxes; Postgres and Ray excluded), less theirs before it, over N;
 - ``cpu_s_per_trial``: the machine's CPU seconds during the ``train`` command, over N;
+- ``train_cpu_s``: the ``train`` command's own CPU seconds (it follows the step: it plans while it waits);
 - ``failed_trials``: trials that failed for good (at 1024 task trials on two cores, many pass their deadline).
 
 A ``train`` that exits non-zero is a row too, with ``failed``: its last line.
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -103,6 +105,12 @@ def machine_cpu_s() -> float:
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
     return (user + nice + system + irq + softirq) / 100.0
+
+
+def children_cpu_s() -> float:
+    """The CPU seconds of this process's ended children (the ``train`` commands it ran)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class PeakPss:
@@ -187,7 +195,7 @@ def alone_and_warm(v: Version, versions: list[Version], experiment: str) -> None
 
 def measure(v: Version, workload: str, n: int, latency: float, experiment: str, policy_url: str) -> dict[str, Any]:
     idle = home_pss_mb(v.home)
-    cpu0, t0 = machine_cpu_s(), time.perf_counter()
+    cpu0, t0, own0 = machine_cpu_s(), time.perf_counter(), children_cpu_s()
     with PeakPss(v.home) as pss:
         proc = subprocess.run(
             [sys.executable, "-m", "rl_assets.cli", *train_args(workload, n, latency, experiment, policy_url)]
@@ -198,7 +206,7 @@ def measure(v: Version, workload: str, n: int, latency: float, experiment: str, 
             text=True,
             stdin=subprocess.DEVNULL,
         )
-    wall, cpu = time.perf_counter() - t0, machine_cpu_s() - cpu0
+    wall, cpu, own = time.perf_counter() - t0, machine_cpu_s() - cpu0, children_cpu_s() - own0
     if proc.returncode != 0:  # a version that cannot carry N trials is a result too: its reason is the row
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"version": v.name, "workload": workload, "trials": n, "wall_s": round(wall, 1), "failed": last}
@@ -213,6 +221,7 @@ def measure(v: Version, workload: str, n: int, latency: float, experiment: str, 
         "x_ideal": round(ledgers["rollout_s"] / ledgers["ideal_s"], 2),
         "pss_mb_per_trial": round(max(0.0, pss.peak - idle) / trials, 1),
         "cpu_s_per_trial": round(cpu / trials, 3),
+        "train_cpu_s": round(own, 2),
     }
 
 
@@ -262,6 +271,7 @@ def main() -> int:
             "x_ideal",
             "pss_mb_per_trial",
             "cpu_s_per_trial",
+            "train_cpu_s",
             "failed_trials",
         )
         print(" | ".join(head))

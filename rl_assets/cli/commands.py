@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, NoReturn, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -41,6 +41,7 @@ from rl_assets.workloads.registry import UnknownWorkloadError, workload_of
 
 MAX_DRIVER_ATTEMPTS = 3
 """Daemon starts a following command makes before it gives up."""
+T = TypeVar("T")
 FOLLOW_POLL_S = 0.5
 RUNS_ENDING = Waiting(timeout_s=60.0, interval_s=FOLLOW_POLL_S)
 """How long a finished command waits for its experiment's runs to record their end (it takes a second or two)."""
@@ -199,7 +200,8 @@ def _follow(
     from rl_assets.cli.progress_display import ProgressDisplay
     from rl_assets.driver.audit import audit
     from rl_assets.driver.failure_watch import Failure, FailureWatch, last_failure
-    from rl_assets.driver.planner import plan, stuck_units
+    from rl_assets.driver.planner import Plan, last_change, plan, stuck_units
+    from rl_assets.driver.replanning import Replanning
     from rl_assets.home.services.daemon import LocalDaemon
     from rl_assets.instance.pooled_storage import OUTAGE_ERRORS
     from rl_assets.stores.locks import SessionLock, driver_lock
@@ -216,22 +218,26 @@ def _follow(
     progress = ProgressDisplay()
     rubric_name = rubric or config.rubric
 
-    def current(instance):
+    def durable(read: Callable[[], T]) -> T:
+        """``read()`` with the driver lock still this command's, a database outage waited out."""
         deadline = DB_OUTAGE.deadline()
         while True:
             try:
                 if not lock.hold():
                     raise UsageError(f"another driver took over experiment {config.name!r}")
-                observed_at = time.time()
-                p = plan(instance, stores, config, rubric)
-                if p.done:  # the line `status` shows from now on, whether or not the driver looks again
-                    stores.progress.note(config.name, p.config.rubric, p.describe(), True, observed_at)
-                return p
+                return read()
             except OUTAGE_ERRORS:
                 if deadline.expired():
                     raise
                 progress.note(f"{config.name}: the database is unavailable; waiting for it")
                 deadline.sleep()
+
+    def planned(instance) -> Plan:
+        observed_at = time.time()
+        p = plan(instance, stores, config, rubric)
+        if p.done:  # the line `status` shows from now on, whether or not the driver looks again
+            stores.progress.note(config.name, p.config.rubric, p.describe(), True, observed_at)
+        return p
 
     def stop(reason: str, log: Path) -> NoReturn:
         """End the command on a failure that will repeat; ``status`` shows the reason until the driver moves on."""
@@ -256,7 +262,13 @@ def _follow(
             watch = FailureWatch(instance, config.name, since=time.time())
             stores.drives.request(config.name, requested_by="cli")
             deaths: list[str] = []
-            while not (p := current(instance)).done:
+            replanning = Replanning()
+            while True:
+                change = durable(lambda: last_change(instance, stores))
+                if replanning.due(change, time.monotonic()):  # always the first time round
+                    p = durable(lambda: planned(instance))
+                    if p.done:
+                        break
                 if failure := watched(watch):
                     log = home.logs / (f"run-{failure.run_id}.log" if failure.run_id else "daemon.log")
                     stop(failure.line(), log)

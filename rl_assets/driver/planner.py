@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 from dagster import DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
@@ -36,6 +36,16 @@ ACTIVE_STATUSES = {
     DagsterRunStatus.STARTED,
     DagsterRunStatus.CANCELING,
 }
+
+
+def last_change(instance: DagsterInstance, stores: Stores) -> tuple[Any, ...]:
+    """What moves when a run changes status or a drive or re-scoring is requested: what a waiting sensor tick
+    and a following command watch between plans, an indexed read of the runs in flight (a run created, started or
+    ended changes the set) and of the open drive requests, where a plan reads the experiment's every run and
+    partition."""
+    active = instance.get_run_records(filters=RunsFilter(statuses=list(ACTIVE_STATUSES)))
+    runs = frozenset((r.dagster_run.run_id, r.dagster_run.status) for r in active)
+    return (runs, *stores.drives.generation())
 
 
 WILL_RETRY_TAG = "dagster/will_retry"

@@ -65,11 +65,11 @@ from rl_assets.driver.deployment import batch_tags, current, launch_tags, rescor
 from rl_assets.driver.failure_watch import run_error
 from rl_assets.driver.jobs import judge_job, rollout_job, rollout_pods_job, train_job, trial_job, world_job
 from rl_assets.driver.planner import (
-    ACTIVE_STATUSES,
     UNIT_JOBS,
     Launch,
     Plan,
     give_up_on_crashing,
+    last_change,
     materialized_partitions,
     plan,
 )
@@ -324,16 +324,6 @@ def _ensure_pools(instance: DagsterInstance) -> None:
     _pools_ready.append(True)
 
 
-def _last_change(instance: DagsterInstance, state: Stores) -> tuple[Any, ...]:
-    """What moves when a run changes status or a drive or re-scoring is requested: what a waiting tick watches.
-
-    The runs in flight (an indexed read of the active statuses): a run created, started or ended changes the set.
-    """
-    active = instance.get_run_records(filters=dg.RunsFilter(statuses=list(ACTIVE_STATUSES)))
-    runs = frozenset((r.dagster_run.run_id, r.dagster_run.status) for r in active)
-    return (runs, *state.drives.generation())
-
-
 def _drive(
     context: dg.SensorEvaluationContext, state: Stores, world_store: Any, jobs: tuple[str, ...]
 ) -> dg.SensorResult | dg.SkipReason:
@@ -342,7 +332,7 @@ def _drive(
     _ensure_pools(instance)
     deadline = Waiting(timeout_s=LONG_POLL_S, interval_s=POLL_S).deadline()
     while True:
-        seen = _last_change(instance, state)
+        seen = last_change(instance, state)
         plans = _open_plans(instance, state)
         run_requests = run_requests_of(
             state,
@@ -356,7 +346,7 @@ def _drive(
         partitions = partition_requests_of(instance, plans) if "trial_job" in jobs else []
         if run_requests or partitions:
             return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions)
-        while _last_change(instance, state) == seen:
+        while last_change(instance, state) == seen:
             if deadline.expired():
                 return dg.SkipReason("no experiment needs a run")
             deadline.sleep()
