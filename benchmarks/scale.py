@@ -58,11 +58,10 @@ def measure(home: Path, runs: int, trials: int, repeats: int) -> dict[str, Any]:
     from rl_assets.cli.commands import _progress
     from rl_assets.domain.experiment import ExperimentConfig
     from rl_assets.domain.runtime import ExecutionSettings, Runtime
-    from rl_assets.driver.planner import plan
+    from rl_assets.driver.planner import last_change, plan
     from rl_assets.driver.sensor import (
         ROLLOUT_JOBS,
         _experiment_plans,
-        _last_change,
         partition_requests_of,
         run_requests_of,
     )
@@ -84,7 +83,7 @@ def measure(home: Path, runs: int, trials: int, repeats: int) -> dict[str, Any]:
         written_s = time.perf_counter() - start
 
         def tick() -> None:
-            _last_change(instance, stores)
+            last_change(instance, stores)
             plans = _experiment_plans(instance, stores, config.name)  # the sensor's: notes the progress line
             run_requests_of(stores, plans, None, lambda _: None, ROLLOUT_JOBS)
             partition_requests_of(instance, plans)

@@ -17,8 +17,8 @@ import pytest
 from rl_assets.assets.rollout_batches import batch_members
 from rl_assets.domain.experiment import ExperimentConfig
 from rl_assets.domain.runtime import ExecutionSettings, Runtime
-from rl_assets.driver.planner import RESCORING_WINDOW, plan
-from rl_assets.driver.sensor import ROLLOUT_JOBS, _last_change, partition_requests_of, run_requests_of
+from rl_assets.driver.planner import RESCORING_WINDOW, last_change, plan
+from rl_assets.driver.sensor import ROLLOUT_JOBS, partition_requests_of, run_requests_of
 from rl_assets_testkit.expectations import run_cli
 from rl_assets_testkit.history import History, write_history
 
@@ -91,7 +91,7 @@ def test_a_driver_tick_fetches_the_open_steps_records_not_the_history(long_exper
     config, history = long_experiment
     counting = CountingInstance(instance)
 
-    _last_change(counting, stores)
+    last_change(counting, stores)
     plans = [plan(counting, stores, config)]
     requests = run_requests_of(stores, plans, None, lambda _: None, ROLLOUT_JOBS)
     partition_requests_of(counting, plans)
