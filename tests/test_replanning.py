@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rl_assets.driver.replanning import Replanning
+from rl_assets.cli.replanning import Replanning
 
 
 def test_the_first_look_plans():

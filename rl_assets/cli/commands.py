@@ -198,10 +198,10 @@ def _follow(
     from dagster import DagsterInstance
 
     from rl_assets.cli.progress_display import ProgressDisplay
+    from rl_assets.cli.replanning import Replanning
     from rl_assets.driver.audit import audit
     from rl_assets.driver.failure_watch import Failure, FailureWatch, last_failure
     from rl_assets.driver.planner import Plan, last_change, plan, stuck_units
-    from rl_assets.driver.replanning import Replanning
     from rl_assets.home.services.daemon import LocalDaemon
     from rl_assets.instance.pooled_storage import OUTAGE_ERRORS
     from rl_assets.stores.locks import SessionLock, driver_lock
