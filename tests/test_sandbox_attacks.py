@@ -161,8 +161,16 @@ def _user_namespaces() -> set[str]:
     return found
 
 
+CONTAINER_RUNTIME_MOUNTS = ("/var/lib/containers/", "/run/containers/", "/run/netns/")
+"""Where Podman mounts a container's root, its ``/dev/shm`` and its network namespace: a container test running
+beside this one (the end-to-end tier runs two files at once) mounts and unmounts there, and no attempt here does."""
+
+
 def _mounts() -> set[str]:
-    return {" ".join(line.split()[3:5]) for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    """The host's mounts (root and mount point), the container runtime's left out."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    mounts = (line.split()[3:5] for line in lines)
+    return {f"{root} {point}" for root, point in mounts if not point.startswith(CONTAINER_RUNTIME_MOUNTS)}
 
 
 def _attempt_cgroups() -> set[Path]:
